@@ -1,0 +1,21 @@
+"""chokaq: SQL-backed background jobs with heartbeats, zombie rescue and a safe DLQ workflow."""
+
+from chokaq.domain.errors import ConflictError, FatalError, JobValidationError, NotFoundError, ThrottledError
+from chokaq.domain.states import FailureReason, JobStatus
+from chokaq.runtime.app import ChokaQ, JobContext
+from chokaq.settings import ChokaQSettings, load_settings
+
+__all__ = [
+    "ChokaQ",
+    "ChokaQSettings",
+    "ConflictError",
+    "FailureReason",
+    "FatalError",
+    "JobContext",
+    "JobStatus",
+    "JobValidationError",
+    "NotFoundError",
+    "ThrottledError",
+    "load_settings",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""The ``chokaq`` command line."""

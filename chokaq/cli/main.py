@@ -1,0 +1,280 @@
+"""``chokaq``: schema, workers, sweeps, enqueue, inspection and the operator's DLQ actions."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+import click
+from pydantic import ValidationError
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from chokaq.cli.loading import load_app
+from chokaq.domain.errors import ChokaQError, ConfigurationError, JobValidationError
+from chokaq.domain.models import EnqueueRequest
+from chokaq.runtime.app import ChokaQ
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def friendly_errors(fn: F) -> F:
+    """Expected failures become one line on stderr and a non-zero exit, not a traceback."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ConfigurationError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        except (JobValidationError, ValidationError) as exc:
+            if isinstance(exc, ValidationError):
+                msg = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors())
+            else:
+                msg = str(exc)
+            click.echo(f"error: invalid input: {msg}", err=True)
+            sys.exit(2)
+        except ChokaQError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        except (OperationalError, DBAPIError) as exc:
+            orig = getattr(exc, "orig", None) or exc
+            click.echo(f"error: database unavailable or refused the request: {_one_line(orig)}", err=True)
+            sys.exit(3)
+
+    return wrapper  # type: ignore[return-value]
+
+
+class Ctx:
+    def __init__(self, db: str | None, app_spec: str | None) -> None:
+        self.db = db
+        self.app_spec = app_spec
+        self._app: ChokaQ | None = None
+
+    @property
+    def app(self) -> ChokaQ:
+        if self._app is None:
+            self._app = load_app(self.app_spec, db=self.db)
+        return self._app
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
+
+
+def app_option(fn: F) -> F:
+    """``--app`` on a subcommand too (``chokaq worker --app pkg.module:app``); it wins over the group's."""
+
+    def remember(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+        if value:
+            ctx.ensure_object(Ctx).app_spec = value
+        return value
+
+    return click.option(
+        "--app",
+        "app_override",
+        expose_value=False,
+        callback=remember,
+        is_eager=True,
+        help="Your app as pkg.module:attribute.",
+    )(fn)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", envvar="CHOKAQ_STORAGE_URL", help="Database URL (default sqlite:///./chokaq.db).")
+@click.option("--app", "app_spec", envvar="CHOKAQ_APP", help="Your app as pkg.module:attribute.")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@click.pass_context
+def cli(ctx: click.Context, db: str | None, app_spec: str | None, verbose: bool) -> None:
+    """chokaq: SQL-backed background jobs with heartbeats and zombie rescue."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    ctx.obj = Ctx(db, app_spec)
+
+
+# ---------------------------------------------------------------- db
+@cli.group()
+def db() -> None:
+    """Schema management."""
+
+
+@db.command("upgrade")
+@app_option
+@pass_ctx
+@friendly_errors
+def db_upgrade(c: Ctx) -> None:
+    """Create or upgrade the schema (idempotent; safe to run concurrently)."""
+    app = c.app
+    applied = app.storage.upgrade()
+    app.apply_queue_settings()
+    click.echo(json.dumps({"applied": applied, "dialect": app.storage.dialect}))
+
+
+@db.command("script")
+@click.option("--dialect", type=click.Choice(["mssql", "postgresql", "sqlite"]), required=True)
+def db_script(dialect: str) -> None:
+    """Print the schema DDL as a plain script for a DBA."""
+    from chokaq.storage.migrations import render_script
+
+    click.echo(render_script(dialect), nl=False)
+
+
+# ---------------------------------------------------------------- worker and sweep
+@cli.command()
+@click.option("--queues", help="Comma-separated queues to serve (default: all).")
+@click.option("--concurrency", type=click.IntRange(1, 1000), help="Handlers run at once (Execution.Concurrency).")
+@click.option("--with-sweep", is_flag=True, help="Also run the recovery sweep in this process.")
+@app_option
+@pass_ctx
+@friendly_errors
+def worker(c: Ctx, queues: str | None, concurrency: int | None, with_sweep: bool) -> None:
+    """Run a worker until SIGTERM/SIGINT."""
+    from chokaq import telemetry
+
+    app = c.app
+    if not app.handlers:
+        raise ConfigurationError("no handlers registered: pass --app pkg.module:app (or set CHOKAQ_APP)")
+    telemetry.configure("chokaq-worker")
+    app.storage.ping()
+    names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
+    try:
+        app.worker(queues=names, concurrency=concurrency, with_sweep=with_sweep).run()
+    finally:
+        telemetry.shutdown()
+
+
+@cli.command()
+@click.option("--loop", is_flag=True, help="Sweep every Recovery.ScanInterval until interrupted.")
+@app_option
+@pass_ctx
+@friendly_errors
+def sweep(c: Ctx, loop: bool) -> None:
+    """Run the recovery sweep and print {"recovered": n, "archived": m}."""
+    from chokaq import telemetry
+    from chokaq.runtime.sweeper import run_sweep
+
+    app = c.app
+    telemetry.configure("chokaq-sweep")
+    try:
+        if not loop:
+            click.echo(json.dumps(run_sweep(app.storage, app.settings).as_dict()))
+            return
+        stop = threading.Event()
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        while not stop.is_set():
+            try:
+                click.echo(json.dumps(run_sweep(app.storage, app.settings).as_dict()))
+            except (OperationalError, DBAPIError) as exc:
+                click.echo(f"sweep failed: {_one_line(exc)}", err=True)
+            stop.wait(app.settings.recovery.scan_interval)
+    finally:
+        telemetry.shutdown()
+
+
+# ---------------------------------------------------------------- jobs
+@cli.command()
+@click.argument("job_type")
+@click.option("--payload", default="{}", show_default=True, help="JSON payload.")
+@click.option("--queue", default=None, help="Queue (default: the handler's queue, else 'default').")
+@click.option("--priority", type=int, default=10, show_default=True, help="Higher runs first.")
+@click.option("--delay", type=float, default=0.0, help="Seconds before the job is due.")
+@click.option("--idempotency-key", default=None)
+@click.option("--tags", default=None)
+@click.option("--created-by", default=None, help="Recorded as CreatedBy.")
+@app_option
+@pass_ctx
+@friendly_errors
+def enqueue(
+    c: Ctx,
+    job_type: str,
+    payload: str,
+    queue: str | None,
+    priority: int,
+    delay: float,
+    idempotency_key: str | None,
+    tags: str | None,
+    created_by: str | None,
+) -> None:
+    """Enqueue a job and print its id."""
+    app = c.app
+    handler = app.handlers.get(job_type)
+    req = EnqueueRequest(
+        type=job_type,
+        payload=payload,
+        queue=queue or (handler.queue if handler else "default"),
+        priority=priority,
+        delay_seconds=delay,
+        tags=tags,
+        idempotency_key=idempotency_key,
+        created_by=created_by,
+    )
+    if handler is not None and handler.payload_model is not None:
+        handler.payload_model.model_validate_json(req.payload)
+    job_id, _ = app.storage.enqueue(req)
+    click.echo(job_id)
+
+
+@cli.group()
+def job() -> None:
+    """Inspect jobs wherever they are."""
+
+
+@job.command("show")
+@click.argument("job_id")
+@app_option
+@pass_ctx
+@friendly_errors
+def job_show(c: Ctx, job_id: str) -> None:
+    """Print the job as JSON (hot, archive or DLQ)."""
+    record = c.app.storage.get_job(job_id)
+    if record is None:
+        click.echo(f"error: no job {job_id!r} in hot, archive or DLQ", err=True)
+        sys.exit(1)
+    click.echo(json.dumps(record.to_public(), indent=2))
+
+
+@cli.command()
+@app_option
+@pass_ctx
+@friendly_errors
+def health(c: Ctx) -> None:
+    """Exit 0 when the database answers (container health checks)."""
+    now = c.app.storage.ping()
+    click.echo(json.dumps({"status": "ok", "db_time_utc": now.isoformat()}))
+
+
+@cli.command()
+@app_option
+@pass_ctx
+@friendly_errors
+def stats(c: Ctx) -> None:
+    """Per-queue counts as JSON."""
+    from dataclasses import asdict
+
+    rows = [asdict(s) for s in c.app.storage.queue_stats()]
+    click.echo(json.dumps(rows, indent=2, default=str))
+
+
+def main() -> None:
+    from chokaq.cli import dev as _dev  # noqa: F401 - registers `chokaq dev`
+
+    cli(prog_name="chokaq")
+
+
+if __name__ == "__main__":
+    main()

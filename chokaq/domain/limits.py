@@ -1,0 +1,13 @@
+"""Field limits, shared by validation at the edge and by the column sizes in the schema."""
+
+MAX_PAYLOAD_BYTES = 1_000_000
+MAX_QUEUE_LEN = 255
+MAX_TYPE_LEN = 255
+MAX_TAGS_LEN = 1000
+MAX_IDEMPOTENCY_KEY_LEN = 255
+MAX_ACTOR_LEN = 100
+MAX_JOB_ID_LEN = 50
+MAX_WORKER_ID_LEN = 100
+MAX_BULK_IDS = 1000
+DEFAULT_PRIORITY = 10
+DEFAULT_BULK_MAX_JOBS = 100

@@ -1,0 +1,182 @@
+"""Records that cross the storage boundary, and the validated input to enqueue and edits."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from chokaq.domain import limits
+from chokaq.domain.errors import JobValidationError
+from chokaq.domain.states import FailureReason, JobStatus, Location
+
+
+def encode_payload(payload: Any) -> str:
+    """Serialise a payload to compact JSON and enforce the size limit."""
+    if isinstance(payload, BaseModel):
+        text = payload.model_dump_json()
+    else:
+        try:
+            text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise JobValidationError(f"payload is not JSON-serialisable: {exc}") from exc
+    check_payload_size(text)
+    return text
+
+
+def check_payload_text(text: str) -> str:
+    """Validate raw JSON text supplied by a user (CLI, API, edits)."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise JobValidationError(f"payload is not valid JSON: {exc}") from exc
+    check_payload_size(text)
+    return text
+
+
+def check_payload_size(text: str) -> None:
+    size = len(text.encode("utf-8"))
+    if size > limits.MAX_PAYLOAD_BYTES:
+        raise JobValidationError(f"payload is {size} bytes; the limit is {limits.MAX_PAYLOAD_BYTES} UTF-8 bytes")
+
+
+class EnqueueRequest(BaseModel):
+    """What a producer asks for. Validated before anything touches the database."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str = Field(min_length=1, max_length=limits.MAX_TYPE_LEN)
+    payload: str = "{}"
+    queue: str = Field(default="default", min_length=1, max_length=limits.MAX_QUEUE_LEN)
+    priority: int = Field(default=limits.DEFAULT_PRIORITY, ge=-1_000_000, le=1_000_000)
+    delay_seconds: float = Field(default=0.0, ge=0, le=366 * 86400)
+    tags: str | None = Field(default=None, max_length=limits.MAX_TAGS_LEN)
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=limits.MAX_IDEMPOTENCY_KEY_LEN)
+    created_by: str | None = Field(default=None, max_length=limits.MAX_ACTOR_LEN)
+
+    @field_validator("payload")
+    @classmethod
+    def _payload_is_json(cls, value: str) -> str:
+        return check_payload_text(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Proof of ownership a worker presents with every move: the fence."""
+
+    job_id: str
+    worker_id: str
+    attempt: int
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """A job as read from whichever table holds it."""
+
+    id: str
+    location: Location
+    queue: str
+    type: str
+    payload: str
+    tags: str | None
+    attempt_count: int
+    worker_id: str | None
+    created_by: str | None
+    last_modified_by: str | None
+    created_at_utc: datetime | None
+    status: JobStatus | None = None
+    priority: int | None = None
+    idempotency_key: str | None = None
+    heartbeat_utc: datetime | None = None
+    scheduled_at_utc: datetime | None = None
+    started_at_utc: datetime | None = None
+    last_updated_utc: datetime | None = None
+    finished_at_utc: datetime | None = None
+    duration_ms: int | None = None
+    failure_reason: FailureReason | None = None
+    error_details: str | None = None
+    failed_at_utc: datetime | None = None
+    zombie_retry: bool = False
+
+    @property
+    def lease(self) -> Lease:
+        if self.worker_id is None:
+            raise ValueError(f"job {self.id} has no worker")
+        return Lease(self.id, self.worker_id, self.attempt_count)
+
+    def payload_json(self) -> Any:
+        return json.loads(self.payload)
+
+    def to_public(self) -> dict[str, Any]:
+        """The JSON shape shared by `chokaq job show` and `GET /api/jobs/{id}`."""
+
+        def ts(value: datetime | None) -> str | None:
+            return value.isoformat() + ("Z" if value.tzinfo is None else "") if value else None
+
+        try:
+            payload: Any = json.loads(self.payload)
+        except (TypeError, ValueError):
+            payload = self.payload
+        return {
+            "id": self.id,
+            "location": self.location.value,
+            "status": self.status.name.capitalize() if self.status is not None else None,
+            "queue": self.queue,
+            "type": self.type,
+            "payload": payload,
+            "tags": self.tags,
+            "priority": self.priority,
+            "idempotency_key": self.idempotency_key,
+            "attempt_count": self.attempt_count,
+            "failure_reason": self.failure_reason.label if self.failure_reason is not None else None,
+            "error_details": self.error_details,
+            "worker_id": self.worker_id,
+            "heartbeat_utc": ts(self.heartbeat_utc),
+            "scheduled_at_utc": ts(self.scheduled_at_utc),
+            "created_at_utc": ts(self.created_at_utc),
+            "started_at_utc": ts(self.started_at_utc),
+            "last_updated_utc": ts(self.last_updated_utc),
+            "finished_at_utc": ts(self.finished_at_utc),
+            "failed_at_utc": ts(self.failed_at_utc),
+            "duration_ms": self.duration_ms,
+            "created_by": self.created_by,
+            "last_modified_by": self.last_modified_by,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    recovered: int
+    archived: int
+    retried_zombies: int = 0
+    zombie_ids: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, int]:
+        return {"recovered": self.recovered, "archived": self.archived}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    name: str
+    is_paused: bool
+    is_active: bool
+    zombie_timeout_seconds: int | None
+    max_workers: int | None
+    last_updated_utc: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: str
+    pending: int
+    fetched: int
+    processing: int
+    succeeded_total: int
+    failed_total: int
+    retried_total: int
+    dlq_size: int
+    oldest_pending_lag_seconds: float | None
+    last_activity_utc: datetime | None

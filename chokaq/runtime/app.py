@@ -1,0 +1,193 @@
+"""The public entry point: ``ChokaQ``, handler registration and enqueue."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from sqlalchemy import Connection
+
+from chokaq.domain import limits
+from chokaq.domain.models import EnqueueRequest, SweepResult, encode_payload
+from chokaq.settings import ChokaQSettings, load_settings
+from chokaq.storage import Storage
+from chokaq.telemetry import instruments
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class JobContext:
+    """Passed to handlers that take a ``ctx`` argument."""
+
+    job_id: str
+    attempt: int
+    queue: str
+    type: str
+    worker_id: str
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancel_reason: str | None = None
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled.is_set()
+
+    def cancel(self, reason: str) -> None:
+        if not self.cancelled.is_set():
+            self.cancel_reason = reason
+            self.cancelled.set()
+
+
+@dataclass(frozen=True)
+class Handler:
+    name: str
+    fn: Callable[..., Any]
+    queue: str
+    payload_model: type[BaseModel] | None
+    is_async: bool
+    wants_ctx: bool
+    idempotent: bool
+    retry_zombies: bool
+    timeout: float | None
+    max_attempts: int | None
+
+    def parse_payload(self, text: str) -> Any:
+        if self.payload_model is not None:
+            return self.payload_model.model_validate_json(text)
+        import json
+
+        return json.loads(text)
+
+    def payload_schema(self) -> dict[str, Any] | None:
+        return self.payload_model.model_json_schema() if self.payload_model is not None else None
+
+
+class ChokaQ:
+    """A job app: settings, storage and registered handlers.
+
+    >>> app = ChokaQ()
+    >>> @app.job("email_v1", queue="notifications", payload=EmailModel)
+    ... async def send(email: EmailModel, ctx: JobContext) -> None: ...
+    """
+
+    def __init__(self, settings: ChokaQSettings | None = None, **overrides: Any) -> None:
+        self.settings = settings if settings is not None else load_settings(**overrides)
+        self.handlers: dict[str, Handler] = {}
+        self._storage: Storage | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def storage(self) -> Storage:
+        with self._lock:
+            if self._storage is None:
+                self._storage = Storage(self.settings.storage_url, settings=self.settings.storage)
+            return self._storage
+
+    def use_storage(self, storage: Storage) -> None:
+        self._storage = storage
+
+    def close(self) -> None:
+        if self._storage is not None:
+            self._storage.close()
+            self._storage = None
+
+    def job(
+        self,
+        name: str,
+        *,
+        queue: str = "default",
+        payload: type[BaseModel] | None = None,
+        idempotent: bool = False,
+        retry_zombies: bool = False,
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+    ) -> Callable[[F], F]:
+        """Register a handler for job type ``name``.
+
+        ``retry_zombies=True`` (only with ``idempotent=True``) sends this handler's zombies back to
+        Pending instead of the DLQ: the handler promises that running twice is harmless.
+        """
+        if not name or len(name) > limits.MAX_TYPE_LEN:
+            raise ValueError(f"job type must be 1..{limits.MAX_TYPE_LEN} characters")
+        if retry_zombies and not idempotent:
+            raise ValueError("retry_zombies=True needs idempotent=True: a zombie may have run already")
+
+        def register(fn: F) -> F:
+            if name in self.handlers:
+                raise ValueError(f"job type {name!r} is already registered")
+            params = inspect.signature(fn).parameters
+            self.handlers[name] = Handler(
+                name=name,
+                fn=fn,
+                queue=queue,
+                payload_model=payload,
+                is_async=asyncio.iscoroutinefunction(fn),
+                wants_ctx="ctx" in params,
+                idempotent=idempotent,
+                retry_zombies=retry_zombies,
+                timeout=timeout,
+                max_attempts=max_attempts,
+            )
+            return fn
+
+        return register
+
+    def enqueue(
+        self,
+        type: str,
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        priority: int = limits.DEFAULT_PRIORITY,
+        delay: float = 0.0,
+        tags: str | None = None,
+        idempotency_key: str | None = None,
+        created_by: str | None = None,
+        conn: Connection | None = None,
+    ) -> str:
+        """Store a job and return its id (the existing id for a live duplicate idempotency key).
+
+        A registered handler's payload model validates the payload here, before it is stored.
+        Pass ``conn`` to store the job inside your own transaction.
+        """
+        handler = self.handlers.get(type)
+        if handler is not None and handler.payload_model is not None and not isinstance(payload, BaseModel):
+            payload = handler.payload_model.model_validate(payload if payload is not None else {})
+        req = EnqueueRequest(
+            type=type,
+            payload=encode_payload({} if payload is None else payload),
+            queue=queue or (handler.queue if handler else "default"),
+            priority=priority,
+            delay_seconds=delay,
+            tags=tags,
+            idempotency_key=idempotency_key,
+            created_by=created_by,
+        )
+        job_id, created = self.storage.enqueue(req, conn=conn)
+        if created:
+            instruments().enqueued.add(1, {"queue": req.queue, "type": req.type})
+        return job_id
+
+    def sweep(self) -> SweepResult:
+        from chokaq.runtime.sweeper import run_sweep
+
+        return run_sweep(self.storage, self.settings)
+
+    def worker(self, *, queues: list[str] | None = None, concurrency: int | None = None, **kw: Any) -> Any:
+        from chokaq.runtime.worker import Worker
+
+        return Worker(self, queues=queues, concurrency=concurrency, **kw)
+
+    def apply_queue_settings(self) -> None:
+        """Write ``Queues.<name>`` settings to the queue rows (the database is what workers read)."""
+        for name, qs in self.settings.queues.items():
+            kw: dict[str, Any] = {}
+            if qs.zombie_timeout_seconds is not None:
+                kw["zombie_timeout_seconds"] = qs.zombie_timeout_seconds
+            if qs.max_workers is not None:
+                kw["max_workers"] = qs.max_workers
+            self.storage.update_queue(name, paused=qs.paused, **kw)

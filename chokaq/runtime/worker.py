@@ -1,0 +1,508 @@
+"""A worker: claims batches into a prefetch buffer, runs handlers with a concurrency limit, keeps
+their heartbeats fresh in one statement per tick, and finalises outcomes in batches."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from chokaq.domain.models import JobRecord, Lease
+from chokaq.domain.states import FailureReason
+from chokaq.runtime.app import Handler, JobContext
+from chokaq.runtime.events import bus
+from chokaq.runtime.policy import decide, describe
+from chokaq.storage.store import Completion
+from chokaq.telemetry import instruments, tracer
+
+if TYPE_CHECKING:
+    from chokaq.runtime.app import ChokaQ
+
+log = logging.getLogger("chokaq.worker")
+T = TypeVar("T")
+
+CANCEL_SHUTDOWN = "shutdown"
+CANCEL_HEARTBEAT = "heartbeat_failure"
+CANCEL_LOST = "lost_ownership"
+CANCEL_TIMEOUT = "timeout"
+
+
+@dataclass
+class Outcome:
+    kind: str  # "success" | "fail" | "retry" | "reschedule" | "drop"
+    lease: Lease
+    record: JobRecord
+    duration_ms: int = 0
+    reason: FailureReason | None = None
+    details: str | None = None
+    delay: float = 0.0
+
+
+@dataclass
+class Running:
+    record: JobRecord
+    lease: Lease
+    ctx: JobContext
+    task: asyncio.Task[Any] | None = None
+    thread: Future[Any] | None = None
+    started: float = field(default_factory=time.monotonic)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()[:60]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Worker:
+    def __init__(
+        self,
+        app: ChokaQ,
+        *,
+        queues: list[str] | None = None,
+        concurrency: int | None = None,
+        worker_id: str | None = None,
+        with_sweep: bool = False,
+    ) -> None:
+        self.app = app
+        self.settings = app.settings
+        ex = self.settings.execution
+        self.storage = app.storage
+        self.queues = queues or None
+        self.concurrency = concurrency or ex.concurrency
+        self.prefetch = max(ex.prefetch, self.concurrency)
+        self.batch = min(ex.fetch_batch_size, self.prefetch)
+        self.id = (worker_id or self.settings.worker_name or default_worker_id())[:100]
+        self.with_sweep = with_sweep
+        self.buffer: deque[JobRecord] = deque()
+        self.running: dict[str, Running] = {}  # started and not yet finalised
+        self.executing: set[str] = set()  # handler still running
+        self._outcomes: asyncio.Queue[Outcome] | None = None
+        self._wake: asyncio.Event | None = None
+        self._stopping = False
+        self._stopped = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._db_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chokaq-db")
+        # Plain handlers get their own threads so they can never starve heartbeats or DB calls.
+        self._job_pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="chokaq-job")
+        self._hb_failures = 0
+        self._zombie_retry_types = {h.name for h in app.handlers.values() if h.retry_zombies}
+        self.stats = {"started": 0, "succeeded": 0, "failed": 0, "retried": 0, "conflicts": 0}
+
+    # ------------------------------------------------------------------ plumbing
+    async def _db(self, fn: Callable[..., T], *args: Any) -> T:
+        assert self._loop is not None
+        return await self._loop.run_in_executor(self._db_pool, functools.partial(fn, *args))
+
+    def _conflict(self, transition: str, n: int = 1) -> None:
+        if n:
+            self.stats["conflicts"] += n
+            instruments().state_transition_conflicts.add(n, {"transition": transition})
+            log.warning("%d stale %s move(s): this worker no longer owns the job(s)", n, transition)
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def stop(self) -> None:
+        """Ask the worker to shut down gracefully (safe from any thread or signal handler)."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._begin_stop)
+        else:
+            self._stopping = True
+
+    def _begin_stop(self) -> None:
+        if not self._stopping:
+            log.info("worker %s stopping: no more fetches", self.id)
+        self._stopping = True
+        self._poke()
+
+    # ------------------------------------------------------------------ main
+    def run(self, *, install_signals: bool = True) -> None:
+        asyncio.run(self.run_async(install_signals=install_signals))
+
+    async def run_async(self, *, install_signals: bool = False) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._outcomes = asyncio.Queue()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._loop.add_signal_handler(sig, self._begin_stop)
+        instruments().workers_active.add(1)
+        listener = self._start_listener()
+        sweeper_stop = threading.Event()
+        sweeper = None
+        if self.with_sweep:
+            from chokaq.runtime.sweeper import sweep_forever
+
+            sweeper = threading.Thread(
+                target=sweep_forever, args=(self.storage, self.settings, sweeper_stop), daemon=True
+            )
+            sweeper.start()
+        log.info(
+            "worker %s started: queues=%s concurrency=%d prefetch=%d",
+            self.id,
+            self.queues or "all",
+            self.concurrency,
+            self.prefetch,
+        )
+        heartbeat = asyncio.create_task(self._heartbeat_loop(), name="chokaq-heartbeat")
+        finalizer = asyncio.create_task(self._finalize_loop(), name="chokaq-finalize")
+        try:
+            await self._dispatch_loop()
+        finally:
+            await self._shutdown()
+            heartbeat.cancel()
+            finalizer.cancel()
+            await asyncio.gather(heartbeat, finalizer, return_exceptions=True)
+            if listener is not None:
+                listener.set()
+            sweeper_stop.set()
+            instruments().workers_active.add(-1)
+            self._db_pool.shutdown(wait=False)
+            self._job_pool.shutdown(wait=False)
+            self._stopped.set()
+            log.info("worker %s stopped: %s", self.id, self.stats)
+
+    def _start_listener(self) -> threading.Event | None:
+        if not self.settings.storage.listen_notify or self.storage.dialect != "postgresql":
+            return None
+        from chokaq.storage.notify import listen
+
+        stop = threading.Event()
+        loop = self._loop
+        assert loop is not None
+
+        def on_notify() -> None:
+            loop.call_soon_threadsafe(self._poke)
+
+        threading.Thread(
+            target=listen, args=(self.storage.url, on_notify, stop), daemon=True, name="chokaq-listen"
+        ).start()
+        return stop
+
+    # ------------------------------------------------------------------ dispatch
+    async def _dispatch_loop(self) -> None:
+        assert self._wake is not None
+        poll = self.settings.storage.polling_interval
+        next_fetch = 0.0
+        while not self._stopping:
+            progressed = False
+            free = self.concurrency - len(self.executing)
+            if free > 0 and self.buffer:
+                await self._start_batch([self.buffer.popleft() for _ in range(min(free, len(self.buffer)))])
+                progressed = True
+            room = self.prefetch - len(self.buffer)
+            now = time.monotonic()
+            if room > 0 and now >= next_fetch and not self._stopping:
+                self._wake.clear()
+                try:
+                    jobs = await self._db(self.storage.fetch, self.id, min(self.batch, room), self.queues)
+                except Exception:
+                    log.exception("fetch failed; retrying in %.1fs", poll)
+                    jobs = []
+                if jobs:
+                    self.buffer.extend(jobs)
+                    progressed = True
+                else:
+                    next_fetch = time.monotonic() + poll
+            if progressed:
+                await asyncio.sleep(0)
+                continue
+            timeout = max(0.0, next_fetch - time.monotonic()) if room > 0 else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            if self._wake.is_set():
+                self._wake.clear()
+                next_fetch = 0.0
+
+    async def _start_batch(self, batch: list[JobRecord]) -> None:
+        leases = [j.lease for j in batch]
+        by_id = {j.id: j for j in batch}
+        try:
+            result = await self._db(self.storage.start, self.id, leases, self._zombie_retry_types)
+        except Exception:
+            log.exception("start failed; returning %d jobs to the buffer", len(batch))
+            self.buffer.extendleft(reversed(batch))
+            await asyncio.sleep(self.settings.storage.polling_interval)
+            return
+        self._conflict("start", len(result.lost))
+        now = datetime.now(UTC).replace(tzinfo=None)
+        ins = instruments()
+        for rec in result.started:
+            fetched = by_id[rec.id]
+            if rec.id in self.running:
+                # The same job twice in this process (resurrected while an old run lingers): the
+                # new lease must not share attempt numbers with the old one, so give it back.
+                await self._db(self.storage.reschedule, self.id, [rec.lease])
+                continue
+            if fetched.scheduled_at_utc is not None:
+                ins.queue_lag.record(
+                    max(0.0, (now - fetched.scheduled_at_utc).total_seconds() * 1000),
+                    {"queue": rec.queue, "type": rec.type},
+                )
+            ctx = JobContext(
+                job_id=rec.id, attempt=rec.attempt_count, queue=rec.queue, type=rec.type, worker_id=self.id
+            )
+            run = Running(record=rec, lease=rec.lease, ctx=ctx)
+            self.running[rec.id] = run
+            self.executing.add(rec.id)
+            self.stats["started"] += 1
+            run.task = asyncio.create_task(self._execute(run), name=f"chokaq-job-{rec.id}")
+
+    # ------------------------------------------------------------------ execute
+    async def _execute(self, run: Running) -> None:
+        assert self._outcomes is not None
+        rec, ctx = run.record, run.ctx
+        handler = self.app.handlers.get(rec.type)
+        t0 = time.perf_counter()
+        outcome: Outcome
+        attrs = {"queue": rec.queue, "type": rec.type}
+        with tracer().start_as_current_span(
+            f"chokaq.job {rec.type}",
+            attributes={
+                "chokaq.job.id": rec.id,
+                "chokaq.queue": rec.queue,
+                "chokaq.job.type": rec.type,
+                "chokaq.attempt": rec.attempt_count,
+                "chokaq.worker": self.id,
+            },
+        ) as span:
+            try:
+                if handler is None:
+                    raise _Rejected(f"no handler is registered for job type {rec.type!r} on worker {self.id}")
+                await self._call(handler, rec, run)
+                outcome = Outcome("success", run.lease, rec)
+            except _Rejected as exc:
+                outcome = Outcome("fail", run.lease, rec, reason=FailureReason.REJECTED, details=str(exc))
+            except (asyncio.CancelledError, TimeoutError) as exc:
+                outcome = self._cancelled_outcome(run, exc)
+                if outcome.kind == "fail" and outcome.reason == FailureReason.TIMEOUT:
+                    span.set_attribute("chokaq.timeout", True)
+            except BaseException as exc:
+                if ctx.is_cancelled() and ctx.cancel_reason != CANCEL_TIMEOUT:
+                    outcome = self._cancelled_outcome(run, exc)
+                else:
+                    outcome = self._failure_outcome(run, handler, exc)
+                span.record_exception(exc)
+            outcome.duration_ms = int((time.perf_counter() - t0) * 1000)
+            span.set_attribute("chokaq.outcome", outcome.kind)
+        instruments().processing_duration.record(outcome.duration_ms, attrs)
+        self.executing.discard(rec.id)
+        self._poke()
+        self._outcomes.put_nowait(outcome)
+
+    async def _call(self, handler: Handler, rec: JobRecord, run: Running) -> None:
+        ctx = run.ctx
+        payload = handler.parse_payload(rec.payload)
+        args: tuple[Any, ...] = (payload, ctx) if handler.wants_ctx else (payload,)
+        timeout = handler.timeout or self.settings.execution.default_timeout
+        if handler.is_async:
+            aw: Any = handler.fn(*args)
+        else:
+            run.thread = self._job_pool.submit(contextvars.copy_context().run, handler.fn, *args)
+            aw = asyncio.wrap_future(run.thread)
+        try:
+            await asyncio.wait_for(aw, timeout)
+        except TimeoutError:
+            ctx.cancel(CANCEL_TIMEOUT)  # a thread cannot be killed; cooperative handlers stop
+            raise
+
+    def _cancelled_outcome(self, run: Running, exc: BaseException) -> Outcome:
+        reason = run.ctx.cancel_reason
+        if reason == CANCEL_SHUTDOWN:
+            if run.thread is not None and not run.thread.done():
+                # The thread runs on and may still have effects: giving the job back now could
+                # run it twice. It stays Processing; when this process exits it becomes a zombie.
+                log.error("job %s did not stop within the shutdown grace; leaving it to zombie rescue", run.record.id)
+                return Outcome("drop", run.lease, run.record)
+            return Outcome("reschedule", run.lease, run.record)
+        if reason == CANCEL_HEARTBEAT:
+            return Outcome(
+                "fail",
+                run.lease,
+                run.record,
+                reason=FailureReason.HEARTBEAT_FAILURE,
+                details=f"cancelled after {self._hb_failures} consecutive heartbeat write failures",
+            )
+        if reason == CANCEL_LOST:
+            return Outcome("drop", run.lease, run.record)
+        timeout = self.app.handlers[run.record.type].timeout if run.record.type in self.app.handlers else None
+        limit = timeout or self.settings.execution.default_timeout
+        return Outcome(
+            "fail",
+            run.lease,
+            run.record,
+            reason=FailureReason.TIMEOUT,
+            details=f"execution exceeded the timeout of {limit:g}s",
+        )
+
+    def _failure_outcome(self, run: Running, handler: Handler | None, exc: BaseException) -> Outcome:
+        rec = run.record
+        max_attempts = (handler.max_attempts if handler else None) or self.settings.retry.max_attempts
+        d = decide(
+            exc,
+            attempt=rec.attempt_count,
+            max_attempts=max_attempts,
+            created_at_utc=rec.created_at_utc,
+            retry=self.settings.retry,
+        )
+        instruments().failed.add(1, {"queue": rec.queue, "type": rec.type})
+        if d.retry:
+            log.info(
+                "job %s (%s) attempt %d failed, retry in %.1fs: %s", rec.id, rec.type, rec.attempt_count, d.delay, exc
+            )
+            return Outcome("retry", run.lease, rec, delay=d.delay)
+        log.warning(
+            "job %s (%s) attempt %d failed -> DLQ %s: %s",
+            rec.id,
+            rec.type,
+            rec.attempt_count,
+            d.reason.label if d.reason is not None else "?",
+            exc,
+        )
+        return Outcome("fail", run.lease, rec, reason=d.reason, details=describe(exc))
+
+    # ------------------------------------------------------------------ finalize
+    async def _finalize_loop(self) -> None:
+        assert self._outcomes is not None
+        while True:
+            first = await self._outcomes.get()
+            batch = [first]
+            while not self._outcomes.empty():
+                batch.append(self._outcomes.get_nowait())
+            await self._finalize(batch)
+
+    async def _finalize(self, batch: list[Outcome]) -> None:
+        ins = instruments()
+        successes = [o for o in batch if o.kind == "success"]
+        for attempt in range(5):
+            try:
+                if successes:
+                    done = await self._db(
+                        self.storage.complete, self.id, [Completion(o.lease, o.duration_ms) for o in successes]
+                    )
+                    for o in successes:
+                        if o.record.id in done:
+                            self.stats["succeeded"] += 1
+                            ins.completed.add(1, {"queue": o.record.queue, "type": o.record.type})
+                            bus.publish("job.archived", id=o.record.id, queue=o.record.queue, type=o.record.type)
+                    self._conflict("complete", len(successes) - len(done))
+                    successes = []
+                break
+            except Exception:
+                log.exception("finalising %d successes failed (try %d)", len(successes), attempt + 1)
+                await asyncio.sleep(0.2 * 2**attempt)
+        for o in batch:
+            if o.kind != "success":
+                await self._finalize_one(o)
+        for o in batch:
+            self.running.pop(o.record.id, None)
+
+    async def _finalize_one(self, o: Outcome) -> None:
+        ins = instruments()
+        attrs = {"queue": o.record.queue, "type": o.record.type}
+        try:
+            if o.kind == "fail":
+                assert o.reason is not None
+                ok = await self._db(self.storage.fail, o.lease, o.reason, o.details)
+                if ok:
+                    self.stats["failed"] += 1
+                    ins.dlq.add(1, {**attrs, "reason": o.reason.label})
+                    bus.publish("job.failed", id=o.record.id, queue=o.record.queue, reason=o.reason.label)
+                else:
+                    self._conflict("fail")
+            elif o.kind == "retry":
+                ok = await self._db(self.storage.retry, o.lease, o.delay)
+                if ok:
+                    self.stats["retried"] += 1
+                    ins.retried.add(1, {**attrs, "attempt": o.record.attempt_count})
+                    bus.publish("job.updated", id=o.record.id, queue=o.record.queue, status="Pending")
+                else:
+                    self._conflict("retry")
+            elif o.kind == "reschedule":
+                moved = await self._db(self.storage.reschedule, self.id, [o.lease])
+                if not moved:
+                    self._conflict("reschedule")
+            # "drop": the job was taken from us; nothing to write.
+        except Exception:
+            log.exception("finalising job %s (%s) failed; the sweep will recover it", o.record.id, o.kind)
+
+    # ------------------------------------------------------------------ heartbeat
+    async def _heartbeat_loop(self) -> None:
+        ex = self.settings.execution
+        ins = instruments()
+        while True:
+            await asyncio.sleep(random.uniform(ex.heartbeat_interval_min, ex.heartbeat_interval_max))
+            runs = list(self.running.values())
+            if not runs:
+                continue
+            try:
+                alive = await self._db(self.storage.heartbeat, self.id, [r.lease for r in runs])
+            except Exception as exc:
+                self._hb_failures += 1
+                for r in runs:
+                    ins.heartbeat_failures.add(1, {"queue": r.record.queue, "type": r.record.type})
+                if self._hb_failures >= ex.heartbeat_failure_threshold:
+                    log.error("heartbeat degraded: %d consecutive write failures (%s)", self._hb_failures, exc)
+                    if ex.cancel_on_heartbeat_failure:
+                        for r in runs:
+                            self._cancel(r, CANCEL_HEARTBEAT)
+                else:
+                    log.warning("heartbeat write failed (%d in a row): %s", self._hb_failures, exc)
+                continue
+            self._hb_failures = 0
+            lost = [r for r in runs if r.lease.job_id not in alive and r.record.id in self.running]
+            if lost:
+                self._conflict("heartbeat", len(lost))
+                for r in lost:
+                    self._cancel(r, CANCEL_LOST)
+
+    def _cancel(self, run: Running, reason: str) -> None:
+        run.ctx.cancel(reason)
+        if run.task is not None and not run.task.done():
+            run.task.cancel()
+
+    # ------------------------------------------------------------------ shutdown
+    async def _shutdown(self) -> None:
+        assert self._outcomes is not None
+        ex = self.settings.execution
+        if self.buffer:
+            pending = list(self.buffer)
+            self.buffer.clear()
+            try:
+                released = await self._db(self.storage.release, self.id, [j.lease for j in pending])
+                log.info("released %d buffered jobs to Pending", len(released))
+                self._conflict("release", len(pending) - len(released))
+            except Exception:
+                log.exception("release failed; the sweep will return them after Recovery.FetchedJobTimeout")
+        tasks = [r.task for r in self.running.values() if r.task is not None and not r.task.done()]
+        if tasks:
+            log.info("waiting up to %.0fs for %d running handlers", ex.shutdown_grace, len(tasks))
+            _, still = await asyncio.wait(tasks, timeout=ex.shutdown_grace)
+            if still:
+                for r in list(self.running.values()):
+                    if r.task in still:
+                        self._cancel(r, CANCEL_SHUTDOWN)
+                await asyncio.wait(still, timeout=5.0)
+        # Let every outcome reach the database before the heartbeat stops.
+        deadline = time.monotonic() + 30
+        while self.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
+
+class _Rejected(Exception):
+    pass

@@ -1,0 +1,185 @@
+"""All settings, validated at start-up. Nested the way the original names them.
+
+Environment variables use the prefix ``CHOKAQ_`` and ``__`` between levels, e.g.
+``CHOKAQ_RECOVERY__PROCESSING_ZOMBIE_TIMEOUT=600`` for ``Recovery.ProcessingZombieTimeout``.
+Durations are seconds.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from chokaq.domain.errors import ConfigurationError
+
+DEFAULT_STORAGE_URL = "sqlite:///./chokaq.db"
+ENV_PREFIX = "CHOKAQ_"
+
+# Flat names the original still accepts; they feed the nested Recovery section.
+LEGACY_ALIASES = {
+    "CHOKAQ_FETCHED_JOB_TIMEOUT_SECONDS": ("recovery", "fetched_job_timeout"),
+    "CHOKAQ_ZOMBIE_TIMEOUT_SECONDS": ("recovery", "processing_zombie_timeout"),
+}
+
+
+class ExecutionSettings(BaseModel):
+    default_timeout: float = Field(default=15 * 60, gt=0, description="Execution.DefaultTimeout")
+    heartbeat_interval_min: float = Field(default=8.0, gt=0, description="Execution.HeartbeatIntervalMin")
+    heartbeat_interval_max: float = Field(default=12.0, gt=0, description="Execution.HeartbeatIntervalMax")
+    heartbeat_failure_threshold: int = Field(default=10, ge=1)
+    cancel_on_heartbeat_failure: bool = False
+    concurrency: int = Field(default=10, ge=1, le=1000)
+    prefetch: int = Field(default=100, ge=1, le=10_000, description="prefetch buffer size")
+    fetch_batch_size: int = Field(default=20, ge=1, le=1000)
+    shutdown_grace: float = Field(default=30.0, ge=0)
+
+    @model_validator(mode="after")
+    def _interval_order(self) -> ExecutionSettings:
+        if self.heartbeat_interval_min > self.heartbeat_interval_max:
+            raise ValueError(
+                "Execution.HeartbeatIntervalMin must not exceed Execution.HeartbeatIntervalMax "
+                f"({self.heartbeat_interval_min} > {self.heartbeat_interval_max})"
+            )
+        return self
+
+
+class RetrySettings(BaseModel):
+    max_attempts: int = Field(default=3, ge=1, le=1000, description="total runs, first included")
+    base_delay: float = Field(default=3.0, ge=0)
+    backoff_multiplier: float = Field(default=2.0, ge=1.0)
+    max_delay: float = Field(default=3600.0, ge=0)
+    jitter_max_delay: float = Field(default=1.0, ge=0)
+    max_job_age: float = Field(default=86400.0, gt=0)
+
+
+class RecoverySettings(BaseModel):
+    scan_interval: float = Field(default=60.0, gt=0)
+    fetched_job_timeout: float = Field(default=600.0, gt=0)
+    processing_zombie_timeout: float = Field(default=600.0, gt=0)
+
+
+class StorageSettings(BaseModel):
+    polling_interval: float = Field(default=1.0, gt=0)
+    idle_polling_interval: float = Field(default=5.0, gt=0)
+    cleanup_batch_size: int = Field(default=1000, ge=1, le=100_000)
+    pool_size: int = Field(default=10, ge=1, le=200)
+    transient_retries: int = Field(default=5, ge=0, le=50)
+    listen_notify: bool = Field(default=True, description="use LISTEN/NOTIFY on PostgreSQL")
+
+
+class QueueSettings(BaseModel):
+    """Queues.<name>: applied to the queue row by `chokaq db upgrade` and by workers at start."""
+
+    zombie_timeout_seconds: int | None = Field(default=None, gt=0)
+    max_workers: int | None = Field(default=None, ge=1)
+    paused: bool | None = None
+
+
+class RetentionSettings(BaseModel):
+    archive_days: float = Field(default=30.0, gt=0)
+
+
+class AdminSettings(BaseModel):
+    tokens: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description='bearer tokens: {"<token or sha256:hex>": {"name": "...", "role": "viewer|operator|admin"}}',
+    )
+    trust_app_service_auth: bool = False
+    app_service_role_claim: str = "roles"
+    open: bool = Field(default=False, description="allow anonymous admin access (chokaq dev on loopback only)")
+    event_poll_interval: float = Field(default=2.0, gt=0)
+
+
+class ChokaQSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="ignore",
+        case_sensitive=False,
+    )
+
+    storage_url: str = DEFAULT_STORAGE_URL
+    app: str | None = Field(default=None, description="module:attribute of the ChokaQ app (handlers)")
+    worker_name: str | None = None
+    execution: ExecutionSettings = Field(default_factory=ExecutionSettings)
+    retry: RetrySettings = Field(default_factory=RetrySettings)
+    recovery: RecoverySettings = Field(default_factory=RecoverySettings)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    queues: dict[str, QueueSettings] = Field(default_factory=dict)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    admin: AdminSettings = Field(default_factory=AdminSettings)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_aliases(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        for env_name, (section, key) in LEGACY_ALIASES.items():
+            raw = os.environ.get(env_name)
+            if raw is None:
+                continue
+            sect = data.get(section)
+            sect = dict(sect) if isinstance(sect, dict) else {}
+            # The nested name wins when both are given.
+            sect.setdefault(key, raw)
+            data[section] = sect
+        return data
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> ChokaQSettings:
+        hb_max = self.execution.heartbeat_interval_max
+        floor = 3 * hb_max
+        if self.recovery.processing_zombie_timeout < floor:
+            raise ValueError(
+                f"Recovery.ProcessingZombieTimeout ({self.recovery.processing_zombie_timeout:g}s) must be at "
+                f"least 3x Execution.HeartbeatIntervalMax ({hb_max:g}s), i.e. >= {floor:g}s; otherwise "
+                "normal jitter or a slow database makes healthy jobs look dead"
+            )
+        for name, queue in self.queues.items():
+            if queue.zombie_timeout_seconds is not None and queue.zombie_timeout_seconds < floor:
+                raise ValueError(
+                    f"Queues.{name}.ZombieTimeoutSeconds ({queue.zombie_timeout_seconds}s) must be at "
+                    f"least 3x Execution.HeartbeatIntervalMax ({floor:g}s)"
+                )
+        if self.retry.base_delay > self.retry.max_delay:
+            raise ValueError("Retry.BaseDelay must not exceed Retry.MaxDelay")
+        if self.execution.fetch_batch_size > self.execution.prefetch:
+            raise ValueError("Execution.FetchBatchSize must not exceed Execution.Prefetch")
+        return self
+
+
+def load_settings(**overrides: Any) -> ChokaQSettings:
+    """Read settings from the environment, apply keyword overrides, and refuse bad ones clearly."""
+    try:
+        return ChokaQSettings(**overrides)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "settings"
+            lines.append(f"{where}: {err['msg']}")
+        raise ConfigurationError("invalid chokaq settings: " + "; ".join(lines)) from None
+
+
+def _walk(model: type[BaseModel], prefix: str) -> list[str]:
+    names: list[str] = []
+    for name, info in model.model_fields.items():
+        ann = info.annotation
+        env = f"{prefix}{name.upper()}"
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            names.extend(_walk(ann, env + "__"))
+        else:
+            names.append(env)
+    return names
+
+
+def setting_env_names() -> list[str]:
+    """Every environment variable the engine reads (Queues.* is open-ended and listed as its root)."""
+    return [*_walk(ChokaQSettings, ENV_PREFIX), *LEGACY_ALIASES, *FUNCTIONS_ENV_NAMES]
+
+
+# Read by the Azure Functions app (function_app.py), listed here so deploy files can be checked.
+FUNCTIONS_ENV_NAMES = ["CHOKAQ_SWEEP_SCHEDULE", "CHOKAQ_RETENTION_SCHEDULE", "CHOKAQ_FUNCTIONS_AUTH_LEVEL"]

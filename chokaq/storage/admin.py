@@ -1,0 +1,472 @@
+"""Operator actions: list, inspect, edit, resurrect, cancel, purge; each change audited in the same
+transaction that makes it."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Select, Table, and_, delete, func, insert, literal, or_, select, update
+from sqlalchemy.sql.elements import ColumnElement
+
+from chokaq.domain import limits
+from chokaq.domain.errors import ConflictError, JobValidationError, NotFoundError
+from chokaq.domain.models import JobRecord
+from chokaq.domain.states import FailureReason, JobStatus, Location
+from chokaq.storage.records import archive_record, dlq_record, hot_record
+from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot
+from chokaq.storage.sqlfuncs import row_lock, utc_offset, utcnow
+from chokaq.storage.store import PENDING, Storage
+
+# Sort keys a client may name, per table. Anything else is refused before SQL is built.
+SORTS: dict[Location, dict[str, str]] = {
+    Location.HOT: {"created": "CreatedAtUtc", "scheduled": "ScheduledAtUtc", "priority": "Priority",
+                   "queue": "Queue", "type": "Type", "status": "Status", "attempts": "AttemptCount",
+                   "updated": "LastUpdatedUtc", "id": "Id"},
+    Location.ARCHIVE: {"finished": "FinishedAtUtc", "created": "CreatedAtUtc", "queue": "Queue", "type": "Type",
+                       "duration": "DurationMs", "attempts": "AttemptCount", "id": "Id"},
+    Location.DLQ: {"failed": "FailedAtUtc", "created": "CreatedAtUtc", "queue": "Queue", "type": "Type",
+                   "reason": "FailureReason", "attempts": "AttemptCount", "id": "Id"},
+}
+DEFAULT_SORT = {Location.HOT: "created", Location.ARCHIVE: "finished", Location.DLQ: "failed"}
+TIME_COLUMN = {Location.HOT: "CreatedAtUtc", Location.ARCHIVE: "FinishedAtUtc", Location.DLQ: "FailedAtUtc"}
+TABLES: dict[Location, Table] = {Location.HOT: jobs_hot, Location.ARCHIVE: jobs_archive, Location.DLQ: jobs_dlq}
+MAPPERS = {Location.HOT: hot_record, Location.ARCHIVE: archive_record, Location.DLQ: dlq_record}
+SAMPLE_IDS = 20
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    queue: str | None = None
+    type: str | None = None
+    status: JobStatus | None = None
+    failure_reason: FailureReason | None = None
+    tag: str | None = None
+    from_utc: datetime | None = None
+    to_utc: datetime | None = None
+    search: str | None = None
+
+
+@dataclass(frozen=True)
+class Actor:
+    name: str
+    role: str
+
+    def __post_init__(self) -> None:
+        if not self.name or len(self.name) > limits.MAX_ACTOR_LEN:
+            raise JobValidationError(f"actor name must be 1..{limits.MAX_ACTOR_LEN} characters")
+
+
+@dataclass
+class Page:
+    items: list[JobRecord]
+    total: int
+    page: int
+    page_size: int
+
+
+@dataclass
+class BulkResult:
+    matched: int
+    affected: int
+    sample_ids: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    skipped_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class JobEdit:
+    payload: str | None = None
+    tags: str | None = None
+    priority: int | None = None
+    force: bool = False
+
+    def is_empty(self) -> bool:
+        return self.payload is None and self.tags is None and self.priority is None
+
+
+def _chunks(ids: Sequence[str], size: int = limits.MAX_BULK_IDS) -> list[list[str]]:
+    return [list(ids[i : i + size]) for i in range(0, len(ids), size)]
+
+
+class AdminStore:
+    def __init__(self, storage: Storage) -> None:
+        self.s = storage
+
+    # ------------------------------------------------------------------ audit
+    @staticmethod
+    def audit(conn: Connection, actor: Actor, action: str, job_ids: Sequence[str], details: dict[str, Any] | None = None
+              ) -> None:
+        conn.execute(
+            insert(audit_log).values(
+                AtUtc=utcnow(), Actor=actor.name, Role=actor.role, Action=action,
+                JobIds=json.dumps(list(job_ids)[: limits.MAX_BULK_IDS]), JobCount=len(job_ids),
+                Details=json.dumps(details, default=str) if details else None,
+            )
+        )
+
+    def list_audit(self, *, job_id: str | None = None, actor: str | None = None, page: int = 1,
+                   page_size: int = 100) -> tuple[list[dict[str, Any]], int]:
+        conds: list[ColumnElement[bool]] = []
+        if job_id:
+            conds.append(audit_log.c.JobIds.contains(json.dumps(job_id), autoescape=True))
+        if actor:
+            conds.append(audit_log.c.Actor == actor)
+
+        def work(c: Connection) -> tuple[list[dict[str, Any]], int]:
+            total = c.execute(select(func.count()).select_from(audit_log).where(*conds)).scalar_one()
+            rows = c.execute(
+                select(audit_log).where(*conds).order_by(audit_log.c.Id.desc())
+                .offset((page - 1) * page_size).limit(page_size)
+            ).all()
+            out = [
+                {
+                    "id": r.Id, "at_utc": r.AtUtc, "actor": r.Actor, "role": r.Role, "action": r.Action,
+                    "job_ids": json.loads(r.JobIds) if r.JobIds else [], "job_count": r.JobCount,
+                    "details": json.loads(r.Details) if r.Details else None,
+                }
+                for r in rows
+            ]
+            return out, int(total)
+
+        return self.s.read(work, op="list_audit")
+
+    # ------------------------------------------------------------------ listing
+    @staticmethod
+    def where(location: Location, f: JobFilter) -> list[ColumnElement[bool]]:
+        t = TABLES[location]
+        conds: list[ColumnElement[bool]] = []
+        if f.queue:
+            conds.append(t.c.Queue == f.queue)
+        if f.type:
+            conds.append(t.c.Type == f.type)
+        if f.status is not None and location is Location.HOT:
+            conds.append(t.c.Status == int(f.status))
+        if f.failure_reason is not None and location is Location.DLQ:
+            conds.append(t.c.FailureReason == int(f.failure_reason))
+        if f.tag:
+            conds.append(t.c.Tags.contains(f.tag, autoescape=True))
+        ts = t.c[TIME_COLUMN[location]]
+        if f.from_utc:
+            conds.append(ts >= f.from_utc)
+        if f.to_utc:
+            conds.append(ts <= f.to_utc)
+        if f.search:
+            fields = [t.c.Id, t.c.Type, t.c.Tags]
+            if location is Location.DLQ:
+                fields.append(t.c.ErrorDetails)
+            conds.append(or_(*(col.icontains(f.search, autoescape=True) for col in fields)))
+        return conds
+
+    def list_jobs(self, location: Location, f: JobFilter, *, sort: str | None = None, descending: bool = True,
+                  page: int = 1, page_size: int = 100) -> Page:
+        sorts = SORTS[location]
+        key = sort or DEFAULT_SORT[location]
+        if key not in sorts:
+            raise JobValidationError(f"cannot sort {location.value} by {key!r}; choose one of {sorted(sorts)}")
+        if not 1 <= page_size <= limits.MAX_BULK_IDS:
+            raise JobValidationError(f"page_size must be 1..{limits.MAX_BULK_IDS}")
+        if page < 1:
+            raise JobValidationError("page starts at 1")
+        t = TABLES[location]
+        conds = self.where(location, f)
+        col = t.c[sorts[key]]
+        order = [col.desc() if descending else col.asc(), t.c.Id.desc() if descending else t.c.Id.asc()]
+
+        def work(c: Connection) -> Page:
+            total = c.execute(select(func.count()).select_from(t).where(*conds)).scalar_one()
+            rows = c.execute(
+                select(t).where(*conds).order_by(*order).offset((page - 1) * page_size).limit(page_size)
+            ).all()
+            return Page([MAPPERS[location](r) for r in rows], int(total), page, page_size)
+
+        return self.s.read(work, op=f"list_{location.value}")
+
+    def top_errors(self, limit: int = 10) -> list[dict[str, Any]]:
+        def work(c: Connection) -> list[dict[str, Any]]:
+            rows = c.execute(
+                select(jobs_dlq.c.Type, jobs_dlq.c.FailureReason, func.count().label("n"),
+                       func.max(jobs_dlq.c.FailedAtUtc).label("last"), func.max(jobs_dlq.c.Id).label("sample"))
+                .group_by(jobs_dlq.c.Type, jobs_dlq.c.FailureReason)
+                .order_by(func.count().desc()).limit(limit)
+            ).all()
+            return [
+                {"type": r.Type, "failure_reason": FailureReason(r.FailureReason).label, "count": int(r.n),
+                 "last_failed_utc": r.last, "sample_id": r.sample}
+                for r in rows
+            ]
+
+        return self.s.read(work, op="top_errors")
+
+    def recent_rates(self, minutes: Sequence[int] = (1, 5, 15)) -> dict[str, dict[str, int]]:
+        """Jobs archived and dead-lettered in the last N minutes (served by the time indexes)."""
+
+        def work(c: Connection) -> dict[str, dict[str, int]]:
+            out: dict[str, dict[str, int]] = {}
+            for m in minutes:
+                since = utc_offset(literal(-60.0 * m))
+                done = c.execute(select(func.count()).select_from(jobs_archive)
+                                 .where(jobs_archive.c.FinishedAtUtc >= since)).scalar_one()
+                dead = c.execute(select(func.count()).select_from(jobs_dlq)
+                                 .where(jobs_dlq.c.FailedAtUtc >= since)).scalar_one()
+                out[f"{m}m"] = {"succeeded": int(done), "failed": int(dead)}
+            return out
+
+        return self.s.read(work, op="recent_rates")
+
+    # ------------------------------------------------------------------ edits
+    def edit_pending(self, job_id: str, edit: JobEdit, actor: Actor) -> JobRecord:
+        """Change payload, tags or priority of a Pending job. Fetched/Processing jobs are owned by a
+        worker and refused (ConflictError)."""
+        if edit.is_empty():
+            raise JobValidationError("nothing to change: give payload, tags or priority")
+
+        def work(c: Connection) -> JobRecord:
+            row = c.execute(row_lock(select(jobs_hot).where(jobs_hot.c.Id == job_id), jobs_hot)).first()
+            if row is None:
+                self._raise_missing(c, job_id, Location.HOT)
+            before = hot_record(row)
+            if before.status != JobStatus.PENDING:
+                raise ConflictError(
+                    f"job {job_id} is {before.status.name.capitalize() if before.status is not None else '?'}: "
+                    "a worker owns it, so it cannot be edited"
+                )
+            values = self._edit_values(edit, actor)
+            values["LastUpdatedUtc"] = utcnow()
+            res = c.execute(update(jobs_hot).where(jobs_hot.c.Id == job_id, jobs_hot.c.Status == PENDING)
+                            .values(**values))
+            if res.rowcount != 1:
+                raise ConflictError(f"job {job_id} was taken by a worker while it was being edited")
+            self.audit(c, actor, "job.edit", [job_id], self._diff(before, edit))
+            return hot_record(c.execute(select(jobs_hot).where(jobs_hot.c.Id == job_id)).one())
+
+        return self.s.write(work, op="edit_pending")
+
+    def edit_dlq(self, job_id: str, edit: JobEdit, actor: Actor) -> JobRecord:
+        if edit.priority is not None:
+            raise JobValidationError("priority is set when resurrecting, not on a dead job")
+        if edit.is_empty():
+            raise JobValidationError("nothing to change: give payload or tags")
+
+        def work(c: Connection) -> JobRecord:
+            row = c.execute(row_lock(select(jobs_dlq).where(jobs_dlq.c.Id == job_id), jobs_dlq)).first()
+            if row is None:
+                self._raise_missing(c, job_id, Location.DLQ)
+            before = dlq_record(row)
+            c.execute(update(jobs_dlq).where(jobs_dlq.c.Id == job_id).values(**self._edit_values(edit, actor)))
+            self.audit(c, actor, "dlq.edit", [job_id], self._diff(before, edit))
+            return dlq_record(c.execute(select(jobs_dlq).where(jobs_dlq.c.Id == job_id)).one())
+
+        return self.s.write(work, op="edit_dlq")
+
+    @staticmethod
+    def _edit_values(edit: JobEdit, actor: Actor) -> dict[str, Any]:
+        values: dict[str, Any] = {"LastModifiedBy": actor.name}
+        if edit.payload is not None:
+            values["Payload"] = edit.payload
+        if edit.tags is not None:
+            values["Tags"] = edit.tags
+        if edit.priority is not None:
+            values["Priority"] = edit.priority
+        return values
+
+    @staticmethod
+    def _diff(before: JobRecord, edit: JobEdit) -> dict[str, Any]:
+        changes: dict[str, Any] = {}
+        if edit.payload is not None:
+            changes["payload"] = {"before": before.payload, "after": edit.payload}
+        if edit.tags is not None:
+            changes["tags"] = {"before": before.tags, "after": edit.tags}
+        if edit.priority is not None:
+            changes["priority"] = {"before": before.priority, "after": edit.priority}
+        if edit.force:
+            changes["force"] = True
+        return changes
+
+    def _raise_missing(self, c: Connection, job_id: str, expected: Location) -> Any:
+        for loc, t in TABLES.items():
+            if loc is not expected and c.execute(select(t.c.Id).where(t.c.Id == job_id)).first() is not None:
+                raise ConflictError(f"job {job_id} is in {loc.value}, not {expected.value}")
+        raise NotFoundError(f"no job {job_id!r} in {expected.value}")
+
+    # ------------------------------------------------------------------ resurrect
+    def _resurrect_rows(self, c: Connection, where: ColumnElement[bool], actor: Actor,
+                        edit: JobEdit | None = None) -> list[dict[str, Any]]:
+        def shape(r: dict[str, Any]) -> dict[str, Any]:
+            return {
+                "Id": r["Id"], "Queue": r["Queue"], "Type": r["Type"],
+                "Payload": edit.payload if edit and edit.payload is not None else r["Payload"],
+                "Tags": edit.tags if edit and edit.tags is not None else r["Tags"],
+                "IdempotencyKey": None,
+                "Priority": edit.priority if edit and edit.priority is not None else limits.DEFAULT_PRIORITY,
+                "Status": PENDING, "AttemptCount": 0, "WorkerId": None, "HeartbeatUtc": None,
+                "StartedAtUtc": None, "CreatedAtUtc": r["CreatedAtUtc"], "CreatedBy": r["CreatedBy"],
+                "LastModifiedBy": actor.name, "ZombieRetry": False,
+            }
+
+        rows = self.s.move_rows(c, jobs_dlq, where, jobs_hot, shape,
+                                {"ScheduledAtUtc": utcnow(), "LastUpdatedUtc": utcnow()})
+        self.s.bump_stats(c, "FailedTotal", Counter(r["Queue"] for r in rows), sign=-1)
+        for q in {r["Queue"] for r in rows}:
+            self.s.ensure_queue(c, q)
+        return rows
+
+    def resurrect(self, job_id: str, actor: Actor, edit: JobEdit | None = None) -> JobRecord:
+        """DLQ -> Pending in one move: attempts reset, idempotency key cleared, priority default 10."""
+
+        def work(c: Connection) -> JobRecord:
+            before = c.execute(row_lock(select(jobs_dlq).where(jobs_dlq.c.Id == job_id), jobs_dlq)).first()
+            if before is None:
+                self._raise_missing(c, job_id, Location.DLQ)
+            rows = self._resurrect_rows(c, jobs_dlq.c.Id == job_id, actor, edit)
+            if not rows:
+                raise ConflictError(f"job {job_id} left the DLQ while being resurrected")
+            assert before is not None
+            details: dict[str, Any] = {"failure_reason": FailureReason(before._mapping["FailureReason"]).label}
+            if edit is not None:
+                details.update(self._diff(dlq_record(before), edit))
+            self.audit(c, actor, "dlq.resurrect", [job_id], details)
+            Storage._notify(c, rows[0]["Queue"])
+            return hot_record(c.execute(select(jobs_hot).where(jobs_hot.c.Id == job_id)).one())
+
+        return self.s.write(work, op="resurrect")
+
+    def _match_ids(self, c: Connection, f: JobFilter, max_jobs: int, location: Location) -> tuple[int, list[str]]:
+        t = TABLES[location]
+        conds = self.where(location, f)
+        total = c.execute(select(func.count()).select_from(t).where(*conds)).scalar_one()
+        time_col = t.c[TIME_COLUMN[location]]
+        q: Select[Any] = select(t.c.Id).where(*conds).order_by(time_col, t.c.Id).limit(max_jobs)
+        return int(total), [r[0] for r in c.execute(q).all()]
+
+    def _bulk(self, action: str, ids: Sequence[str] | None, f: JobFilter | None, max_jobs: int, actor: Actor,
+              dry_run: bool, mover: Any) -> BulkResult:
+        if (ids is None) == (f is None):
+            raise JobValidationError("give either ids or a filter")
+        if ids is not None:
+            if len(ids) > limits.MAX_BULK_IDS:
+                raise JobValidationError(f"at most {limits.MAX_BULK_IDS} ids per request")
+            ids = list(dict.fromkeys(ids))
+        if not 1 <= max_jobs <= limits.MAX_BULK_IDS:
+            raise JobValidationError(f"max_jobs must be 1..{limits.MAX_BULK_IDS}")
+
+        def work(c: Connection) -> BulkResult:
+            if f is not None:
+                matched, chosen = self._match_ids(c, f, max_jobs, Location.DLQ)
+                where_extra = self.where(Location.DLQ, f)
+            else:
+                assert ids is not None
+                chosen = [r[0] for r in c.execute(select(jobs_dlq.c.Id).where(jobs_dlq.c.Id.in_(ids))).all()]
+                matched, where_extra = len(chosen), []
+            if dry_run:
+                return BulkResult(matched, 0, chosen[:SAMPLE_IDS], dry_run=True)
+            if not chosen:
+                return BulkResult(matched, 0, [], skipped_ids=list(ids or []))
+            moved = mover(c, and_(jobs_dlq.c.Id.in_(chosen), *where_extra))
+            moved_set = set(moved)
+            self.audit(c, actor, action, moved, {"filter": _filter_json(f)} if f is not None else None)
+            skipped = [i for i in (ids or chosen) if i not in moved_set]
+            return BulkResult(matched, len(moved), moved[:SAMPLE_IDS], skipped_ids=skipped)
+
+        return self.s.write(work, op=action)
+
+    def resurrect_many(self, actor: Actor, *, ids: Sequence[str] | None = None, f: JobFilter | None = None,
+                       max_jobs: int = limits.DEFAULT_BULK_MAX_JOBS, dry_run: bool = False) -> BulkResult:
+        def mover(c: Connection, where: ColumnElement[bool]) -> list[str]:
+            rows = self._resurrect_rows(c, where, actor)
+            return [r["Id"] for r in rows]
+
+        return self._bulk("dlq.resurrect", ids, f, max_jobs if ids is None else limits.MAX_BULK_IDS, actor,
+                          dry_run, mover)
+
+    def purge_dlq(self, actor: Actor, *, ids: Sequence[str] | None = None, f: JobFilter | None = None,
+                  max_jobs: int = limits.DEFAULT_BULK_MAX_JOBS, dry_run: bool = False) -> BulkResult:
+        def mover(c: Connection, where: ColumnElement[bool]) -> list[str]:
+            return [r[0] for r in c.execute(delete(jobs_dlq).where(where).returning(jobs_dlq.c.Id)).all()]
+
+        return self._bulk("dlq.purge", ids, f, max_jobs if ids is None else limits.MAX_BULK_IDS, actor,
+                          dry_run, mover)
+
+    # ------------------------------------------------------------------ cancel and retention
+    def cancel(self, ids: Sequence[str], actor: Actor) -> BulkResult:
+        """Pending -> DLQ as Cancelled. Jobs a worker owns are skipped and listed."""
+        if not ids:
+            raise JobValidationError("no ids given")
+        if len(ids) > limits.MAX_BULK_IDS:
+            raise JobValidationError(f"at most {limits.MAX_BULK_IDS} ids per request")
+        ids = list(dict.fromkeys(ids))
+
+        def work(c: Connection) -> BulkResult:
+            rows = self.s.move_rows(
+                c, jobs_hot, and_(jobs_hot.c.Id.in_(ids), jobs_hot.c.Status == PENDING), jobs_dlq,
+                Storage.dlq_shape(FailureReason.CANCELLED, f"Cancelled by {actor.name}", actor.name),
+                {"FailedAtUtc": utcnow()},
+            )
+            self.s.bump_stats(c, "FailedTotal", Counter(r["Queue"] for r in rows))
+            moved = [r["Id"] for r in rows]
+            if moved:
+                self.audit(c, actor, "job.cancel", moved)
+            done = set(moved)
+            return BulkResult(len(ids), len(moved), moved[:SAMPLE_IDS], skipped_ids=[i for i in ids if i not in done])
+
+        return self.s.write(work, op="cancel")
+
+    def purge_archive(self, older_than: datetime, actor: Actor, *, batch_size: int | None = None,
+                      progress: Any = None) -> int:
+        """Delete archived jobs finished before ``older_than`` in bounded transactions, so retention
+        never holds locks or log space for long."""
+        size = batch_size or self.s.settings.cleanup_batch_size
+        total = 0
+        while True:
+            def work(c: Connection) -> int:
+                chosen = [r[0] for r in c.execute(
+                    select(jobs_archive.c.Id).where(jobs_archive.c.FinishedAtUtc < older_than)
+                    .order_by(jobs_archive.c.FinishedAtUtc).limit(size)
+                ).all()]
+                if not chosen:
+                    return 0
+                res = c.execute(delete(jobs_archive).where(jobs_archive.c.Id.in_(chosen),
+                                                           jobs_archive.c.FinishedAtUtc < older_than))
+                n = int(res.rowcount or 0)
+                if n:
+                    self.audit(c, actor, "archive.purge", [],
+                               {"older_than": older_than.isoformat(), "deleted": n, "batch_size": size})
+                return n
+
+            n = self.s.write(work, op="purge_archive")
+            total += n
+            if progress is not None and n:
+                progress(n)
+            if n < size:
+                break
+        return total
+
+    def queue_changed(self, name: str, actor: Actor, changes: dict[str, Any], **kw: Any) -> Any:
+        """Apply a queue change and its audit row in one transaction."""
+
+        def work(c: Connection) -> Any:
+            info = self.s.update_queue(name, conn=c, **kw)
+            self.audit(c, actor, "queue.update", [], {"queue": name, **changes})
+            return info
+
+        return self.s.write(work, op="queue_update")
+
+
+def _filter_json(f: JobFilter | None) -> dict[str, Any] | None:
+    if f is None:
+        return None
+    out: dict[str, Any] = {}
+    for k, v in f.__dict__.items():
+        if v is None:
+            continue
+        if isinstance(v, FailureReason):
+            out[k] = v.label
+        elif isinstance(v, JobStatus):
+            out[k] = v.name.capitalize()
+        else:
+            out[k] = v
+    return out

@@ -1,0 +1,31 @@
+"""PostgreSQL LISTEN for new jobs, so idle workers start work without waiting for the next poll."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from sqlalchemy.engine import make_url
+
+from chokaq.storage.store import NOTIFY_CHANNEL
+
+log = logging.getLogger("chokaq.notify")
+
+
+def listen(url: str, on_notify: Callable[[], None], stop: threading.Event) -> None:
+    """Block until ``stop``, calling ``on_notify`` for each notification. Reconnects on errors;
+    polling keeps working meanwhile, so a lost listener only costs latency."""
+    import psycopg  # lazy: the PostgreSQL driver is optional
+
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    while not stop.is_set():
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                while not stop.is_set():
+                    for _ in conn.notifies(timeout=0.5):
+                        on_notify()
+        except Exception as exc:
+            log.warning("LISTEN connection lost (%s); reconnecting in 1s", exc)
+            stop.wait(1.0)

@@ -1,0 +1,200 @@
+"""Table definitions. Names follow the original ChokaQ so DBAs who know it feel at home.
+
+Differences from the original, on purpose:
+- ``JobsHot.ScheduledAtUtc`` is NOT NULL (set to the enqueue time when not delayed) so the fetch
+  index orders and filters on one column.
+- ``JobsHot.ZombieRetry`` is stamped by the worker at start: the handler declared itself
+  idempotent and asked for its zombies to be retried instead of dead-lettered. The sweep reads
+  it, so the policy holds whichever process runs the sweep.
+- ``AuditLog`` persists every operator action (the original only logs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    UnicodeText,
+    false,
+    text,
+    true,
+)
+from sqlalchemy.dialects import mssql
+
+from chokaq.domain import limits
+
+SCHEMA = "chokaq"
+
+metadata = MetaData(schema=SCHEMA)
+
+# nvarchar(max) on SQL Server, text elsewhere.
+LongText = UnicodeText().with_variant(mssql.NVARCHAR(None), "mssql")
+# datetime2(7) on SQL Server: DATETIME would round to 3.33 ms and break ordering.
+UtcTime = DateTime().with_variant(mssql.DATETIME2(precision=7), "mssql")  # type: ignore[no-untyped-call]
+Flag = Boolean().with_variant(mssql.BIT(), "mssql")
+
+
+def _job_columns() -> list[Column[Any]]:
+    return [
+        Column("Id", String(limits.MAX_JOB_ID_LEN), primary_key=True),
+        Column("Queue", String(limits.MAX_QUEUE_LEN), nullable=False),
+        Column("Type", String(limits.MAX_TYPE_LEN), nullable=False),
+        Column("Payload", LongText, nullable=False),
+        Column("Tags", String(limits.MAX_TAGS_LEN)),
+    ]
+
+
+jobs_hot = Table(
+    "JobsHot",
+    metadata,
+    *_job_columns(),
+    Column("IdempotencyKey", String(limits.MAX_IDEMPOTENCY_KEY_LEN)),
+    Column("Priority", Integer, nullable=False, server_default=text("10")),
+    Column("Status", Integer, nullable=False, server_default=text("0")),
+    Column("AttemptCount", Integer, nullable=False, server_default=text("0")),
+    Column("WorkerId", String(limits.MAX_WORKER_ID_LEN)),
+    Column("HeartbeatUtc", UtcTime),
+    Column("ScheduledAtUtc", UtcTime, nullable=False),
+    Column("CreatedAtUtc", UtcTime, nullable=False),
+    Column("StartedAtUtc", UtcTime),
+    Column("LastUpdatedUtc", UtcTime, nullable=False),
+    Column("CreatedBy", String(limits.MAX_ACTOR_LEN)),
+    Column("LastModifiedBy", String(limits.MAX_ACTOR_LEN)),
+    Column("ZombieRetry", Flag, nullable=False, server_default=false()),
+)
+
+Index(
+    "IX_JobsHot_Fetch",
+    jobs_hot.c.Queue,
+    jobs_hot.c.Priority.desc(),
+    jobs_hot.c.ScheduledAtUtc,
+    jobs_hot.c.CreatedAtUtc,
+    postgresql_where=jobs_hot.c.Status == 0,
+    sqlite_where=jobs_hot.c.Status == 0,
+    mssql_where=jobs_hot.c.Status == 0,
+)
+# Workers serving every queue walk this one in claim order instead of sorting all Pending rows.
+Index(
+    "IX_JobsHot_FetchAny",
+    jobs_hot.c.Priority.desc(),
+    jobs_hot.c.ScheduledAtUtc,
+    jobs_hot.c.CreatedAtUtc,
+    postgresql_where=jobs_hot.c.Status == 0,
+    sqlite_where=jobs_hot.c.Status == 0,
+    mssql_where=jobs_hot.c.Status == 0,
+)
+Index(
+    "IX_JobsHot_FetchedRecovery",
+    jobs_hot.c.LastUpdatedUtc,
+    postgresql_where=jobs_hot.c.Status == 1,
+    sqlite_where=jobs_hot.c.Status == 1,
+    mssql_where=jobs_hot.c.Status == 1,
+)
+Index(
+    "IX_JobsHot_ProcessingHeartbeat",
+    jobs_hot.c.HeartbeatUtc,
+    jobs_hot.c.LastUpdatedUtc,
+    postgresql_where=jobs_hot.c.Status == 2,
+    sqlite_where=jobs_hot.c.Status == 2,
+    mssql_where=jobs_hot.c.Status == 2,
+)
+Index(
+    "UX_JobsHot_IdempotencyKey",
+    jobs_hot.c.IdempotencyKey,
+    unique=True,
+    postgresql_where=jobs_hot.c.IdempotencyKey.isnot(None),
+    sqlite_where=jobs_hot.c.IdempotencyKey.isnot(None),
+    mssql_where=jobs_hot.c.IdempotencyKey.isnot(None),
+)
+# Workers' own rows: heartbeat batches, release on shutdown, MaxWorkers counts.
+Index("IX_JobsHot_Worker", jobs_hot.c.WorkerId, jobs_hot.c.Status)
+Index("IX_JobsHot_QueueStatus", jobs_hot.c.Queue, jobs_hot.c.Status)
+
+jobs_archive = Table(
+    "JobsArchive",
+    metadata,
+    *_job_columns(),
+    Column("AttemptCount", Integer, nullable=False),
+    Column("WorkerId", String(limits.MAX_WORKER_ID_LEN)),
+    Column("CreatedBy", String(limits.MAX_ACTOR_LEN)),
+    Column("LastModifiedBy", String(limits.MAX_ACTOR_LEN)),
+    Column("CreatedAtUtc", UtcTime, nullable=False),
+    Column("StartedAtUtc", UtcTime),
+    Column("FinishedAtUtc", UtcTime, nullable=False),
+    Column("DurationMs", BigInteger),
+)
+Index("IX_JobsArchive_FinishedAt", jobs_archive.c.FinishedAtUtc)
+Index("IX_JobsArchive_QueueFinished", jobs_archive.c.Queue, jobs_archive.c.FinishedAtUtc)
+
+jobs_dlq = Table(
+    "JobsDLQ",
+    metadata,
+    *_job_columns(),
+    Column("FailureReason", Integer, nullable=False),
+    Column("ErrorDetails", LongText),
+    Column("AttemptCount", Integer, nullable=False),
+    Column("WorkerId", String(limits.MAX_WORKER_ID_LEN)),
+    Column("CreatedBy", String(limits.MAX_ACTOR_LEN)),
+    Column("LastModifiedBy", String(limits.MAX_ACTOR_LEN)),
+    Column("CreatedAtUtc", UtcTime, nullable=False),
+    Column("FailedAtUtc", UtcTime, nullable=False),
+    # The last heartbeat seen: the inspector shows it beside a zombie's failure time.
+    Column("HeartbeatUtc", UtcTime),
+    Column("StartedAtUtc", UtcTime),
+)
+Index("IX_JobsDLQ_FailedAt", jobs_dlq.c.FailedAtUtc)
+Index("IX_JobsDLQ_QueueReason", jobs_dlq.c.Queue, jobs_dlq.c.FailureReason, jobs_dlq.c.FailedAtUtc)
+Index("IX_JobsDLQ_Type", jobs_dlq.c.Type, jobs_dlq.c.FailedAtUtc)
+
+queues = Table(
+    "Queues",
+    metadata,
+    Column("Name", String(limits.MAX_QUEUE_LEN), primary_key=True),
+    Column("IsPaused", Flag, nullable=False, server_default=false()),
+    Column("IsActive", Flag, nullable=False, server_default=true()),
+    Column("ZombieTimeoutSeconds", Integer),
+    Column("MaxWorkers", Integer),
+    Column("LastUpdatedUtc", UtcTime, nullable=False),
+)
+
+stats_summary = Table(
+    "StatsSummary",
+    metadata,
+    Column("Queue", String(limits.MAX_QUEUE_LEN), primary_key=True),
+    Column("SucceededTotal", BigInteger, nullable=False, server_default=text("0")),
+    Column("FailedTotal", BigInteger, nullable=False, server_default=text("0")),
+    Column("RetriedTotal", BigInteger, nullable=False, server_default=text("0")),
+    Column("LastActivityUtc", UtcTime),
+)
+
+schema_migrations = Table(
+    "SchemaMigrations",
+    metadata,
+    Column("Version", Integer, primary_key=True, autoincrement=False),
+    Column("Name", String(200), nullable=False),
+    Column("AppliedAtUtc", UtcTime, nullable=False),
+)
+
+audit_log = Table(
+    "AuditLog",
+    metadata,
+    Column("Id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("AtUtc", UtcTime, nullable=False),
+    Column("Actor", String(limits.MAX_ACTOR_LEN), nullable=False),
+    Column("Role", String(20), nullable=False),
+    Column("Action", String(50), nullable=False),
+    Column("JobIds", LongText),
+    Column("JobCount", Integer, nullable=False, server_default=text("0")),
+    Column("Details", LongText),
+)
+Index("IX_AuditLog_AtUtc", audit_log.c.AtUtc)
+Index("IX_AuditLog_Actor", audit_log.c.Actor, audit_log.c.AtUtc)

@@ -1,0 +1,738 @@
+"""The storage facade: transactions, enqueue, the worker's fenced moves and the recovery sweep."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    and_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    false,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.sql.elements import ColumnElement
+from ulid import ULID
+
+from chokaq.domain.errors import ConfigurationError
+from chokaq.domain.models import EnqueueRequest, JobRecord, Lease, QueueInfo, QueueStats, SweepResult
+from chokaq.domain.states import FailureReason, JobStatus
+from chokaq.settings import StorageSettings
+from chokaq.storage.engine import build_engine, is_transient
+from chokaq.storage.records import archive_record, dlq_record, hot_record
+from chokaq.storage.schema import SCHEMA, jobs_archive, jobs_dlq, jobs_hot, queues, stats_summary
+from chokaq.storage.sqlfuncs import claim_lock, row_lock, utc_offset, utcnow
+
+log = logging.getLogger("chokaq.storage")
+T = TypeVar("T")
+
+NOTIFY_CHANNEL = "chokaq_jobs"
+PENDING, FETCHED, PROCESSING = int(JobStatus.PENDING), int(JobStatus.FETCHED), int(JobStatus.PROCESSING)
+
+_LIMITED_QUEUE_TTL = 1.0
+
+
+def new_job_id() -> str:
+    # Time-ordered ids keep SQL Server's clustered primary key appending, not splitting pages.
+    return str(ULID())
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    lease: Lease
+    duration_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class StartResult:
+    started: list[JobRecord]
+    released: list[str]
+    lost: list[str]
+
+
+class Storage:
+    """All database access. Thread-safe: every call takes its own connection from the pool."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        settings: StorageSettings | None = None,
+        engine: Engine | None = None,
+        echo: bool = False,
+    ) -> None:
+        self.url = url
+        self.settings = settings or StorageSettings()
+        self.engine = engine or build_engine(url, pool_size=self.settings.pool_size, echo=echo)
+        self.dialect = self.engine.dialect.name
+        self._known_queues: set[str] = set()
+        self._limited_cache: tuple[float, list[tuple[str, int]]] = (0.0, [])
+        # Test hook: called with the operation name before each transaction attempt.
+        self.fault_injector: Callable[[str], None] | None = None
+
+    # ------------------------------------------------------------------ transactions
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def write(self, fn: Callable[[Connection], T], *, op: str = "write") -> T:
+        """Run ``fn`` in one write transaction, replaying it whole on transient errors."""
+        return self._run(fn, op=op, readonly=False)
+
+    def read(self, fn: Callable[[Connection], T], *, op: str = "read") -> T:
+        return self._run(fn, op=op, readonly=True)
+
+    def _run(self, fn: Callable[[Connection], T], *, op: str, readonly: bool) -> T:
+        attempts = self.settings.transient_retries
+        for attempt in range(attempts + 1):
+            try:
+                if self.fault_injector is not None:
+                    self.fault_injector(op)
+                with self.engine.connect() as raw:
+                    conn = raw.execution_options(chokaq_readonly=True) if readonly else raw
+                    with conn.begin():
+                        return fn(conn)
+            except (DBAPIError, OperationalError) as exc:
+                if attempt >= attempts or not is_transient(exc):
+                    raise
+                delay = min(0.05 * (2**attempt), 2.0) * (0.5 + random.random())
+                log.warning(
+                    "transient database error in %s (attempt %d), retrying in %.2fs: %s",
+                    op,
+                    attempt + 1,
+                    delay,
+                    str(exc).splitlines()[0],
+                )
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def ping(self) -> datetime:
+        """Round trip to the database; returns its UTC clock."""
+        return self.read(self.db_now, op="ping")
+
+    def db_now(self, conn: Connection) -> datetime:
+        value: datetime = conn.execute(select(utcnow())).scalar_one()
+        return value
+
+    # ------------------------------------------------------------------ schema
+    def upgrade(self) -> list[int]:
+        from chokaq.storage.migrations import upgrade
+
+        return upgrade(self.engine)
+
+    # ------------------------------------------------------------------ helpers
+    def bind(self, conn: Connection) -> Connection:
+        """Prepare a caller's connection for our tables (SQLite has no schemas)."""
+        if conn.dialect.name == "sqlite":
+            conn.execution_options(schema_translate_map={SCHEMA: None})
+        return conn
+
+    def ensure_queue(self, conn: Connection, name: str) -> None:
+        if name in self._known_queues:
+            return
+        if conn.execute(select(queues.c.Name).where(queues.c.Name == name)).first() is None:
+            try:
+                with conn.begin_nested():
+                    conn.execute(insert(queues).values(Name=name, LastUpdatedUtc=utcnow()))
+            except IntegrityError:
+                pass  # another process created it first
+        self._known_queues.add(name)
+
+    def bump_stats(self, conn: Connection, column: str, per_queue: Counter[str], sign: int = 1) -> None:
+        """Add to one StatsSummary counter per queue, creating the row when it is missing."""
+        col = stats_summary.c[column]
+        for queue, n in per_queue.items():
+            if not n:
+                continue
+            res = conn.execute(
+                update(stats_summary)
+                .where(stats_summary.c.Queue == queue)
+                .values({col: col + sign * n, stats_summary.c.LastActivityUtc: utcnow()})
+            )
+            if res.rowcount == 0:
+                try:
+                    with conn.begin_nested():
+                        conn.execute(
+                            insert(stats_summary).values(
+                                {"Queue": queue, column: sign * n, "LastActivityUtc": utcnow()}
+                            )
+                        )
+                except IntegrityError:
+                    conn.execute(
+                        update(stats_summary)
+                        .where(stats_summary.c.Queue == queue)
+                        .values({col: col + sign * n, stats_summary.c.LastActivityUtc: utcnow()})
+                    )
+
+    @staticmethod
+    def fenced(table: Table, worker_id: str, leases: Iterable[Lease]) -> ColumnElement[bool]:
+        """Rows still owned by ``worker_id`` at exactly the attempt each lease names."""
+        by_attempt: dict[int, list[str]] = defaultdict(list)
+        for lease in leases:
+            if lease.worker_id != worker_id:
+                raise ValueError("all leases in one move must belong to one worker")
+            by_attempt[lease.attempt].append(lease.job_id)
+        if not by_attempt:
+            return false()
+        return and_(
+            table.c.WorkerId == worker_id,
+            or_(*(and_(table.c.AttemptCount == a, table.c.Id.in_(ids)) for a, ids in by_attempt.items())),
+        )
+
+    @staticmethod
+    def _notify(conn: Connection, queue: str) -> None:
+        if conn.dialect.name == "postgresql":
+            conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, queue)))
+
+    # ------------------------------------------------------------------ enqueue
+    def enqueue(self, req: EnqueueRequest, *, conn: Connection | None = None) -> tuple[str, bool]:
+        """Store a job. Returns ``(id, created)``; a live duplicate idempotency key returns the
+        existing id with ``created=False``. With ``conn`` the job joins the caller's transaction."""
+        job_id = new_job_id()
+
+        def work(c: Connection) -> tuple[str, bool]:
+            self.ensure_queue(c, req.queue)
+            stmt = insert(jobs_hot).values(
+                Id=job_id,
+                Queue=req.queue,
+                Type=req.type,
+                Payload=req.payload,
+                Tags=req.tags,
+                IdempotencyKey=req.idempotency_key,
+                Priority=req.priority,
+                Status=PENDING,
+                AttemptCount=0,
+                ScheduledAtUtc=utc_offset(literal(req.delay_seconds)) if req.delay_seconds else utcnow(),
+                CreatedAtUtc=utcnow(),
+                LastUpdatedUtc=utcnow(),
+                CreatedBy=req.created_by,
+                ZombieRetry=False,
+            )
+            if req.idempotency_key is None:
+                c.execute(stmt)
+            else:
+                by_key = select(jobs_hot.c.Id).where(jobs_hot.c.IdempotencyKey == req.idempotency_key)
+                existing = c.execute(by_key).scalar()
+                if existing is not None:
+                    return existing, False
+                try:
+                    with c.begin_nested():
+                        c.execute(stmt)
+                except IntegrityError:
+                    existing = c.execute(by_key).scalar()
+                    if existing is None:
+                        raise
+                    return existing, False
+            self._notify(c, req.queue)
+            return job_id, True
+
+        if conn is not None:
+            return work(self.bind(conn))
+        return self.write(work, op="enqueue")
+
+    def enqueue_many(self, reqs: Sequence[EnqueueRequest]) -> list[str]:
+        """Bulk insert in one transaction. Jobs with idempotency keys go one by one."""
+        ids = [new_job_id() for _ in reqs]
+
+        def work(c: Connection) -> list[str]:
+            out = list(ids)
+            rows = []
+            for i, r in enumerate(reqs):
+                self.ensure_queue(c, r.queue)
+                if r.idempotency_key is not None:
+                    out[i] = self.enqueue(r, conn=c)[0]
+                    continue
+                rows.append(
+                    {
+                        "Id": ids[i],
+                        "Queue": r.queue,
+                        "Type": r.type,
+                        "Payload": r.payload,
+                        "Tags": r.tags,
+                        "Priority": r.priority,
+                        "CreatedBy": r.created_by,
+                        "delay": float(r.delay_seconds),
+                    }
+                )
+            if rows:
+                c.execute(
+                    insert(jobs_hot).values(
+                        Status=PENDING,
+                        AttemptCount=0,
+                        ZombieRetry=False,
+                        ScheduledAtUtc=utc_offset(bindparam("delay")),
+                        CreatedAtUtc=utcnow(),
+                        LastUpdatedUtc=utcnow(),
+                    ),
+                    rows,
+                )
+            for q in {r.queue for r in reqs}:
+                self._notify(c, q)
+            return out
+
+        return self.write(work, op="enqueue_many")
+
+    # ------------------------------------------------------------------ fetch and start
+    def _limited_queues(self, conn: Connection) -> list[tuple[str, int]]:
+        stamp, cached = self._limited_cache
+        if time.monotonic() - stamp < _LIMITED_QUEUE_TTL:
+            return cached
+        rows = conn.execute(
+            select(queues.c.Name, queues.c.MaxWorkers).where(
+                queues.c.MaxWorkers.isnot(None), queues.c.IsPaused == false()
+            )
+        ).all()
+        limited = [(r[0], int(r[1])) for r in rows]
+        self._limited_cache = (time.monotonic(), limited)
+        return limited
+
+    def _claim(
+        self, conn: Connection, worker_id: str, limit: int, queue_names: Sequence[str] | None, *, limited: bool
+    ) -> list[JobRecord]:
+        if limit <= 0:
+            return []
+        cand_t = jobs_hot.alias("cand")
+        blocking = queues.c.IsPaused == true()
+        if not limited:
+            blocking = or_(blocking, queues.c.MaxWorkers.isnot(None))
+        cand = select(cand_t.c.Id).where(
+            cand_t.c.Status == PENDING,
+            cand_t.c.ScheduledAtUtc <= utcnow(),
+            ~exists().where(queues.c.Name == cand_t.c.Queue, blocking),
+        )
+        if queue_names:
+            cand = cand.where(cand_t.c.Queue.in_(list(queue_names)))
+        cand = claim_lock(
+            cand.order_by(cand_t.c.Priority.desc(), cand_t.c.ScheduledAtUtc, cand_t.c.CreatedAtUtc).limit(limit),
+            cand_t,
+        )
+        stmt = (
+            update(jobs_hot)
+            .where(jobs_hot.c.Id.in_(cand.scalar_subquery()), jobs_hot.c.Status == PENDING)
+            .values(Status=FETCHED, WorkerId=worker_id, LastUpdatedUtc=utcnow())
+            .returning(*jobs_hot.c)
+        )
+        return [hot_record(r) for r in conn.execute(stmt).all()]
+
+    def fetch(self, worker_id: str, limit: int, queue_names: Sequence[str] | None = None) -> list[JobRecord]:
+        """Claim up to ``limit`` due Pending jobs (Pending -> Fetched) for ``worker_id``."""
+
+        def work(c: Connection) -> list[JobRecord]:
+            claimed = self._claim(c, worker_id, limit, queue_names, limited=False)
+            for name, _max_workers in self._limited_queues(c):
+                room = limit - len(claimed)
+                if room <= 0:
+                    break
+                if queue_names and name not in queue_names:
+                    continue
+                # The queue row lock makes count-then-claim exact across workers.
+                locked = c.execute(
+                    row_lock(
+                        select(queues.c.Name, queues.c.MaxWorkers, queues.c.IsPaused).where(queues.c.Name == name),
+                        queues,
+                    )
+                ).first()
+                if locked is None or locked.IsPaused or locked.MaxWorkers is None:
+                    continue
+                active = c.execute(
+                    select(func.count())
+                    .select_from(jobs_hot)
+                    .where(jobs_hot.c.Queue == name, jobs_hot.c.Status.in_([FETCHED, PROCESSING]))
+                ).scalar_one()
+                allowance = int(locked.MaxWorkers) - int(active)
+                claimed += self._claim(c, worker_id, min(room, allowance), [name], limited=True)
+            claimed.sort(key=lambda j: (-(j.priority or 0), j.scheduled_at_utc or 0, j.created_at_utc or 0))
+            return claimed
+
+        return self.write(work, op="fetch")
+
+    def start(self, worker_id: str, leases: Sequence[Lease], zombie_retry_types: Collection[str] = ()) -> StartResult:
+        """Fetched -> Processing: the last ownership check before user code runs.
+
+        Jobs whose queue was paused meanwhile are released to Pending in the same transaction.
+        """
+        if not leases:
+            return StartResult([], [], [])
+        paused = exists().where(queues.c.Name == jobs_hot.c.Queue, queues.c.IsPaused == true())
+        retry_flag: Any = (
+            case((jobs_hot.c.Type.in_(list(zombie_retry_types)), true()), else_=false())
+            if zombie_retry_types
+            else false()
+        )
+
+        def work(c: Connection) -> StartResult:
+            rows = c.execute(
+                update(jobs_hot)
+                .where(self.fenced(jobs_hot, worker_id, leases), jobs_hot.c.Status == FETCHED, ~paused)
+                .values(
+                    Status=PROCESSING,
+                    AttemptCount=jobs_hot.c.AttemptCount + 1,
+                    StartedAtUtc=utcnow(),
+                    HeartbeatUtc=utcnow(),
+                    LastUpdatedUtc=utcnow(),
+                    ZombieRetry=retry_flag,
+                )
+                .returning(*jobs_hot.c)
+            ).all()
+            started = [hot_record(r) for r in rows]
+            got = {j.id for j in started}
+            rest = [lease for lease in leases if lease.job_id not in got]
+            released = self._release(c, worker_id, rest) if rest else []
+            lost = [lease.job_id for lease in rest if lease.job_id not in set(released)]
+            return StartResult(started, released, lost)
+
+        return self.write(work, op="start")
+
+    def _release(self, c: Connection, worker_id: str, leases: Sequence[Lease]) -> list[str]:
+        rows = c.execute(
+            update(jobs_hot)
+            .where(self.fenced(jobs_hot, worker_id, leases), jobs_hot.c.Status == FETCHED)
+            .values(Status=PENDING, WorkerId=None, LastUpdatedUtc=utcnow())
+            .returning(jobs_hot.c.Id)
+        ).all()
+        return [r[0] for r in rows]
+
+    def release(self, worker_id: str, leases: Sequence[Lease]) -> list[str]:
+        """Fetched -> Pending for jobs this worker reserved but will not start (shutdown)."""
+        if not leases:
+            return []
+        return self.write(lambda c: self._release(c, worker_id, leases), op="release")
+
+    # ------------------------------------------------------------------ while running
+    def heartbeat(self, worker_id: str, leases: Sequence[Lease]) -> set[str]:
+        """One statement for all of a worker's running jobs. Returns the ids still owned."""
+        if not leases:
+            return set()
+
+        def work(c: Connection) -> set[str]:
+            rows = c.execute(
+                update(jobs_hot)
+                .where(self.fenced(jobs_hot, worker_id, leases), jobs_hot.c.Status == PROCESSING)
+                .values(HeartbeatUtc=utcnow())
+                .returning(jobs_hot.c.Id)
+            ).all()
+            return {r[0] for r in rows}
+
+        return self.write(work, op="heartbeat")
+
+    # ------------------------------------------------------------------ finishing moves
+    def move_rows(
+        self,
+        c: Connection,
+        source: Table,
+        where: ColumnElement[bool],
+        target: Table,
+        shape: Callable[[dict[str, Any]], dict[str, Any]],
+        stamps: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Delete matching rows from ``source`` and insert them, reshaped, into ``target``.
+
+        DELETE ... RETURNING (OUTPUT DELETED.* on SQL Server) hands back exactly the rows this
+        transaction removed, so a row that another transaction moved first is never copied.
+        """
+        rows = [dict(r._mapping) for r in c.execute(delete(source).where(where).returning(*source.c)).all()]
+        if rows:
+            c.execute(insert(target).values(**(stamps or {})), [shape(r) for r in rows])
+        return rows
+
+    def complete(self, worker_id: str, done: Sequence[Completion]) -> set[str]:
+        """Processing -> Archive for a batch of successes, in one transaction."""
+        if not done:
+            return set()
+        durations = {d.lease.job_id: d.duration_ms for d in done}
+
+        def shape(r: dict[str, Any]) -> dict[str, Any]:
+            return {
+                "Id": r["Id"],
+                "Queue": r["Queue"],
+                "Type": r["Type"],
+                "Payload": r["Payload"],
+                "Tags": r["Tags"],
+                "AttemptCount": r["AttemptCount"],
+                "WorkerId": r["WorkerId"],
+                "CreatedBy": r["CreatedBy"],
+                "LastModifiedBy": r["LastModifiedBy"],
+                "CreatedAtUtc": r["CreatedAtUtc"],
+                "StartedAtUtc": r["StartedAtUtc"],
+                "DurationMs": durations.get(r["Id"]),
+            }
+
+        def work(c: Connection) -> set[str]:
+            where = and_(self.fenced(jobs_hot, worker_id, [d.lease for d in done]), jobs_hot.c.Status == PROCESSING)
+            rows = self.move_rows(c, jobs_hot, where, jobs_archive, shape, {"FinishedAtUtc": utcnow()})
+            self.bump_stats(c, "SucceededTotal", Counter(r["Queue"] for r in rows))
+            return {r["Id"] for r in rows}
+
+        return self.write(work, op="complete")
+
+    @staticmethod
+    def dlq_shape(
+        reason: FailureReason, details: str | None, actor: str | None = None
+    ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        def shape(r: dict[str, Any]) -> dict[str, Any]:
+            return {
+                "Id": r["Id"],
+                "Queue": r["Queue"],
+                "Type": r["Type"],
+                "Payload": r["Payload"],
+                "Tags": r["Tags"],
+                "FailureReason": int(reason),
+                "ErrorDetails": details,
+                "AttemptCount": r["AttemptCount"],
+                "WorkerId": r["WorkerId"],
+                "CreatedBy": r["CreatedBy"],
+                "LastModifiedBy": actor if actor is not None else r["LastModifiedBy"],
+                "CreatedAtUtc": r["CreatedAtUtc"],
+                "HeartbeatUtc": r["HeartbeatUtc"],
+                "StartedAtUtc": r["StartedAtUtc"],
+            }
+
+        return shape
+
+    def fail(self, lease: Lease, reason: FailureReason, error_details: str | None) -> bool:
+        """Processing -> DLQ. False when the worker no longer owns the job (a stale move)."""
+
+        def work(c: Connection) -> bool:
+            where = and_(self.fenced(jobs_hot, lease.worker_id, [lease]), jobs_hot.c.Status == PROCESSING)
+            rows = self.move_rows(
+                c, jobs_hot, where, jobs_dlq, self.dlq_shape(reason, error_details), {"FailedAtUtc": utcnow()}
+            )
+            self.bump_stats(c, "FailedTotal", Counter(r["Queue"] for r in rows))
+            return bool(rows)
+
+        return self.write(work, op="fail")
+
+    def retry(self, lease: Lease, delay_seconds: float) -> bool:
+        """Processing -> Pending, due after ``delay_seconds``."""
+
+        def work(c: Connection) -> bool:
+            rows = c.execute(
+                update(jobs_hot)
+                .where(self.fenced(jobs_hot, lease.worker_id, [lease]), jobs_hot.c.Status == PROCESSING)
+                .values(
+                    Status=PENDING,
+                    WorkerId=None,
+                    HeartbeatUtc=None,
+                    ScheduledAtUtc=utc_offset(literal(float(delay_seconds))),
+                    LastUpdatedUtc=utcnow(),
+                )
+                .returning(jobs_hot.c.Queue)
+            ).all()
+            self.bump_stats(c, "RetriedTotal", Counter(r[0] for r in rows))
+            return bool(rows)
+
+        return self.write(work, op="retry")
+
+    def reschedule(self, worker_id: str, leases: Sequence[Lease]) -> list[str]:
+        """Processing -> Pending for handlers that stopped on shutdown; the attempt is given back."""
+        if not leases:
+            return []
+
+        def work(c: Connection) -> list[str]:
+            rows = c.execute(
+                update(jobs_hot)
+                .where(self.fenced(jobs_hot, worker_id, leases), jobs_hot.c.Status == PROCESSING)
+                .values(
+                    Status=PENDING,
+                    WorkerId=None,
+                    HeartbeatUtc=None,
+                    AttemptCount=jobs_hot.c.AttemptCount - 1,
+                    ScheduledAtUtc=utcnow(),
+                    LastUpdatedUtc=utcnow(),
+                )
+                .returning(jobs_hot.c.Id)
+            ).all()
+            return [r[0] for r in rows]
+
+        return self.write(work, op="reschedule")
+
+    # ------------------------------------------------------------------ recovery sweep
+    def sweep(self, *, fetched_timeout: float, zombie_timeout: float, max_attempts: int) -> SweepResult:
+        """Both recovery phases. Safe to run from any number of processes at once."""
+
+        def recover(c: Connection) -> int:
+            res = c.execute(
+                update(jobs_hot)
+                .where(
+                    jobs_hot.c.Status == FETCHED,
+                    jobs_hot.c.LastUpdatedUtc < utc_offset(literal(-float(fetched_timeout))),
+                )
+                .values(Status=PENDING, WorkerId=None, LastUpdatedUtc=utcnow())
+            )
+            return int(res.rowcount or 0)
+
+        per_queue = select(queues.c.ZombieTimeoutSeconds).where(queues.c.Name == jobs_hot.c.Queue).scalar_subquery()
+        timeout = func.coalesce(per_queue, literal(float(zombie_timeout)))
+        # Re-evaluated by the moving statement itself: a heartbeat or a completion that commits
+        # first makes the row no longer match, so a live job is never taken (River #1302).
+        expired = and_(
+            jobs_hot.c.Status == PROCESSING,
+            func.coalesce(jobs_hot.c.HeartbeatUtc, jobs_hot.c.LastUpdatedUtc) < utc_offset(-timeout),
+        )
+
+        def bury(c: Connection) -> tuple[int, list[str], int]:
+            retried = c.execute(
+                update(jobs_hot)
+                .where(expired, jobs_hot.c.ZombieRetry == true(), jobs_hot.c.AttemptCount < max_attempts)
+                .values(
+                    Status=PENDING, WorkerId=None, HeartbeatUtc=None, ScheduledAtUtc=utcnow(), LastUpdatedUtc=utcnow()
+                )
+                .returning(jobs_hot.c.Queue)
+            ).all()
+            self.bump_stats(c, "RetriedTotal", Counter(r[0] for r in retried))
+            rows = [dict(r._mapping) for r in c.execute(delete(jobs_hot).where(expired).returning(*jobs_hot.c)).all()]
+            if rows:
+                c.execute(
+                    insert(jobs_dlq).values(FailedAtUtc=utcnow()),
+                    [
+                        self.dlq_shape(
+                            FailureReason.ZOMBIE,
+                            "Zombie detected: heartbeat expired "
+                            f"(last heartbeat {r['HeartbeatUtc']} UTC, worker {r['WorkerId']}, "
+                            f"attempt {r['AttemptCount']})",
+                        )(r)
+                        for r in rows
+                    ],
+                )
+            self.bump_stats(c, "FailedTotal", Counter(r["Queue"] for r in rows))
+            return len(rows), [r["Id"] for r in rows], len(retried)
+
+        recovered = self.write(recover, op="sweep_recover")
+        archived, ids, retried = self.write(bury, op="sweep_zombies")
+        return SweepResult(recovered=recovered, archived=archived, retried_zombies=retried, zombie_ids=ids)
+
+    # ------------------------------------------------------------------ reads
+    def get_job(self, job_id: str) -> JobRecord | None:
+        def work(c: Connection) -> JobRecord | None:
+            for table, mapper in ((jobs_hot, hot_record), (jobs_dlq, dlq_record), (jobs_archive, archive_record)):
+                row = c.execute(select(table).where(table.c.Id == job_id)).first()
+                if row is not None:
+                    return mapper(row)
+            return None
+
+        return self.read(work, op="get_job")
+
+    def list_queues(self) -> list[QueueInfo]:
+        def work(c: Connection) -> list[QueueInfo]:
+            rows = c.execute(select(queues).order_by(queues.c.Name)).all()
+            return [
+                QueueInfo(
+                    name=r.Name,
+                    is_paused=bool(r.IsPaused),
+                    is_active=bool(r.IsActive),
+                    zombie_timeout_seconds=r.ZombieTimeoutSeconds,
+                    max_workers=r.MaxWorkers,
+                    last_updated_utc=r.LastUpdatedUtc,
+                )
+                for r in rows
+            ]
+
+        return self.read(work, op="list_queues")
+
+    _UNSET: Any = object()
+
+    def update_queue(
+        self,
+        name: str,
+        *,
+        paused: bool | None = None,
+        zombie_timeout_seconds: int | Any | None = _UNSET,
+        max_workers: int | Any | None = _UNSET,
+        conn: Connection | None = None,
+    ) -> QueueInfo:
+        """Create the queue row if needed and change the given fields (None clears an override)."""
+        values: dict[str, Any] = {"LastUpdatedUtc": utcnow()}
+        if paused is not None:
+            values["IsPaused"] = paused
+        if zombie_timeout_seconds is not self._UNSET:
+            values["ZombieTimeoutSeconds"] = zombie_timeout_seconds
+        if max_workers is not self._UNSET:
+            values["MaxWorkers"] = max_workers
+
+        def work(c: Connection) -> QueueInfo:
+            self._known_queues.discard(name)
+            self.ensure_queue(c, name)
+            c.execute(update(queues).where(queues.c.Name == name).values(**values))
+            r = c.execute(select(queues).where(queues.c.Name == name)).one()
+            return QueueInfo(
+                name=r.Name,
+                is_paused=bool(r.IsPaused),
+                is_active=bool(r.IsActive),
+                zombie_timeout_seconds=r.ZombieTimeoutSeconds,
+                max_workers=r.MaxWorkers,
+                last_updated_utc=r.LastUpdatedUtc,
+            )
+
+        self._limited_cache = (0.0, [])
+        if conn is not None:
+            return work(conn)
+        return self.write(work, op="update_queue")
+
+    def queue_stats(self) -> list[QueueStats]:
+        def work(c: Connection) -> list[QueueStats]:
+            now = self.db_now(c)
+            counts: dict[str, Counter[int]] = defaultdict(Counter)
+            for q, status, n in c.execute(
+                select(jobs_hot.c.Queue, jobs_hot.c.Status, func.count()).group_by(jobs_hot.c.Queue, jobs_hot.c.Status)
+            ).all():
+                counts[q][int(status)] = int(n)
+            oldest: dict[str, datetime] = {
+                r[0]: r[1]
+                for r in c.execute(
+                    select(jobs_hot.c.Queue, func.min(jobs_hot.c.ScheduledAtUtc))
+                    .where(jobs_hot.c.Status == PENDING, jobs_hot.c.ScheduledAtUtc <= utcnow())
+                    .group_by(jobs_hot.c.Queue)
+                ).all()
+            }
+            dlq: dict[str, int] = {
+                r[0]: int(r[1])
+                for r in c.execute(select(jobs_dlq.c.Queue, func.count()).group_by(jobs_dlq.c.Queue)).all()
+            }
+            totals = {r.Queue: r for r in c.execute(select(stats_summary)).all()}
+            names = sorted(
+                set(counts) | set(dlq) | set(totals) | {r[0] for r in c.execute(select(queues.c.Name)).all()}
+            )
+            out = []
+            for name in names:
+                t = totals.get(name)
+                first = oldest.get(name)
+                out.append(
+                    QueueStats(
+                        queue=name,
+                        pending=counts[name][PENDING],
+                        fetched=counts[name][FETCHED],
+                        processing=counts[name][PROCESSING],
+                        succeeded_total=int(t.SucceededTotal) if t else 0,
+                        failed_total=int(t.FailedTotal) if t else 0,
+                        retried_total=int(t.RetriedTotal) if t else 0,
+                        dlq_size=int(dlq.get(name, 0)),
+                        oldest_pending_lag_seconds=max(0.0, (now - first).total_seconds()) if first else None,
+                        last_activity_utc=t.LastActivityUtc if t else None,
+                    )
+                )
+            return out
+
+        return self.read(work, op="queue_stats")
+
+
+def check_url(url: str) -> None:
+    if not url:
+        raise ConfigurationError("no storage URL: set CHOKAQ_STORAGE_URL or pass --db")

@@ -1,0 +1,47 @@
+"""Handlers for the subprocess crash and concurrency tests.
+
+Every start is appended to the file named by CHOKAQ_TEST_RECORD (one line per start, O_APPEND),
+so a test can prove each job ran exactly once across processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from chokaq import ChokaQ, JobContext
+
+app = ChokaQ()
+
+
+def _record(job_id: str, what: str) -> None:
+    path = os.environ.get("CHOKAQ_TEST_RECORD")
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, f"{what} {job_id} {os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+
+
+@app.job("record")
+def record(payload: dict[str, object], ctx: JobContext) -> None:
+    _record(ctx.job_id, "start")
+
+
+@app.job("slow")
+async def slow(payload: dict[str, object], ctx: JobContext) -> None:
+    import asyncio
+
+    _record(ctx.job_id, "start")
+    deadline = time.monotonic() + float(str(payload.get("seconds", 60)))
+    while time.monotonic() < deadline and not ctx.is_cancelled():
+        await asyncio.sleep(0.05)
+
+
+@app.job("sleepy_sync")
+def sleepy_sync(payload: dict[str, object], ctx: JobContext) -> None:
+    _record(ctx.job_id, "start")
+    deadline = time.monotonic() + float(str(payload.get("seconds", 60)))
+    while time.monotonic() < deadline and not ctx.is_cancelled():
+        time.sleep(0.05)
