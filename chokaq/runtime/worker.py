@@ -215,7 +215,7 @@ class Worker:
                     log.exception("fetch failed; retrying in %.1fs", poll)
                     jobs = []
                 if jobs:
-                    self.buffer.extend(jobs)
+                    self.buffer.extend(await self._drop_own_reruns(jobs))
                     progressed = True
                 else:
                     next_fetch = time.monotonic() + poll
@@ -228,6 +228,23 @@ class Worker:
             if self._wake.is_set():
                 self._wake.clear()
                 next_fetch = 0.0
+
+    async def _drop_own_reruns(self, jobs: list[JobRecord]) -> list[JobRecord]:
+        """Give back jobs whose previous run is still alive in this process.
+
+        That happens when a run was declared a zombie and an operator resurrected it while it kept
+        going here. Worker id and attempt number would then match both runs, so the fence could
+        not tell them apart; the new run must wait until the old one is gone.
+        """
+        rerun = [j for j in jobs if j.id in self.running]
+        if not rerun:
+            return jobs
+        log.warning("releasing %d job(s) whose previous run is still active here", len(rerun))
+        try:
+            await self._db(self.storage.release, self.id, [j.lease for j in rerun])
+        except Exception:
+            log.exception("release failed; the sweep will return them after Recovery.FetchedJobTimeout")
+        return [j for j in jobs if j.id not in self.running]
 
     async def _start_batch(self, batch: list[JobRecord]) -> None:
         leases = [j.lease for j in batch]
@@ -244,11 +261,6 @@ class Worker:
         ins = instruments()
         for rec in result.started:
             fetched = by_id[rec.id]
-            if rec.id in self.running:
-                # The same job twice in this process (resurrected while an old run lingers): the
-                # new lease must not share attempt numbers with the old one, so give it back.
-                await self._db(self.storage.reschedule, self.id, [rec.lease])
-                continue
             if fetched.scheduled_at_utc is not None:
                 ins.queue_lag.record(
                     max(0.0, (now - fetched.scheduled_at_utc).total_seconds() * 1000),

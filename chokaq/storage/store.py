@@ -324,9 +324,12 @@ class Storage:
             cand.order_by(cand_t.c.Priority.desc(), cand_t.c.ScheduledAtUtc, cand_t.c.CreatedAtUtc).limit(limit),
             cand_t,
         )
+        # A materialised CTE: as a plain IN-subquery PostgreSQL may re-run the LIMIT once per outer
+        # row (a nested-loop semi-join) and claim more than ``limit`` rows.
+        chosen = cand.cte("claim").prefix_with("MATERIALIZED", dialect="postgresql")
         stmt = (
             update(jobs_hot)
-            .where(jobs_hot.c.Id.in_(cand.scalar_subquery()), jobs_hot.c.Status == PENDING)
+            .where(jobs_hot.c.Id.in_(select(chosen.c.Id)), jobs_hot.c.Status == PENDING)
             .values(Status=FETCHED, WorkerId=worker_id, LastUpdatedUtc=utcnow())
             .returning(*jobs_hot.c)
         )

@@ -122,11 +122,12 @@ def test_claim_carries_the_lock_hints_and_outputs_rows(captured: tuple[Storage, 
     storage, seen = captured
     storage.enqueue(EnqueueRequest(type="a"))
     storage.fetch("w", 5)
-    claims = [s for s in seen if s.startswith("UPDATE") and "SET [Status]=:Status, [WorkerId]=:WorkerId" in s]
+    claims = [s for s in seen if "UPDATE chokaq.[JobsHot] SET [Status]=:Status, [WorkerId]=:WorkerId" in s]
     assert claims, seen
     claim = claims[0]
     assert "WITH (UPDLOCK, READPAST, ROWLOCK)" in claim
-    assert re.search(r"IN \(SELECT TOP __\[POSTCOMPILE_\w+\] cand\.\[Id\]", claim)
+    assert re.match(r"WITH claim AS \n\(SELECT TOP __\[POSTCOMPILE_\w+\] cand\.\[Id\]", claim)
+    assert "WHERE chokaq.[JobsHot].[Id] IN (SELECT claim.[Id]" in claim
     assert "OUTPUT inserted.[Id]" in claim
     assert "ORDER BY cand.[Priority] DESC, cand.[ScheduledAtUtc], cand.[CreatedAtUtc]" in claim
     assert "SYSUTCDATETIME()" in claim
