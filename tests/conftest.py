@@ -102,3 +102,45 @@ def storage(db_url: str) -> Iterator[Storage]:
         yield s
     finally:
         s.close()
+
+
+# One in-memory OpenTelemetry pipeline for the whole run: the global providers can be set once.
+_metric_reader = None
+_span_exporter = None
+
+
+def otel_memory() -> tuple[object, object]:
+    global _metric_reader, _span_exporter
+    if _metric_reader is None:
+        from opentelemetry import metrics, trace
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        _metric_reader = InMemoryMetricReader()
+        metrics.set_meter_provider(MeterProvider(metric_readers=[_metric_reader]))
+        _span_exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(_span_exporter))
+        trace.set_tracer_provider(provider)
+    return _metric_reader, _span_exporter
+
+
+def metric_total(name: str, **attrs: object) -> float:
+    """Sum of a counter's data points (matching ``attrs``) recorded so far in this process."""
+    reader, _ = otel_memory()
+    data = reader.get_metrics_data()  # type: ignore[attr-defined]
+    total = 0.0
+    if data is None:
+        return total
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if metric.name != name:
+                    continue
+                for point in metric.data.data_points:
+                    if all(point.attributes.get(k) == v for k, v in attrs.items()):
+                        total += getattr(point, "value", 0) or getattr(point, "count", 0)
+    return total

@@ -33,7 +33,12 @@ def test_enqueue_and_read_back(storage: Storage) -> None:
     job = storage.get_job(job_id)
     assert job is not None
     assert (job.location, job.status, job.queue, job.priority, job.tags) == (
-        Location.HOT, JobStatus.PENDING, "mail", 5, "x,y")
+        Location.HOT,
+        JobStatus.PENDING,
+        "mail",
+        5,
+        "x,y",
+    )
     assert job.payload_json() == {"to": "a@b"} and job.created_by == "me" and job.attempt_count == 0
     assert job.to_public()["status"] == "Pending"
     assert storage.get_job("nope") is None
@@ -190,7 +195,12 @@ def test_stats_are_exact_after_every_move(storage: Storage) -> None:
     assert counts(storage) == {"pending": 2, "archive": 2, "dlq": 1}
     stats = {q.queue: q for q in storage.queue_stats()}["default"]
     assert (stats.pending, stats.succeeded_total, stats.failed_total, stats.retried_total, stats.dlq_size) == (
-        2, 2, 1, 1, 1)
+        2,
+        2,
+        1,
+        1,
+        1,
+    )
     assert stats.oldest_pending_lag_seconds is not None and stats.oldest_pending_lag_seconds >= 0
     rescheduled = storage.get_job(leases[4].job_id)
     assert rescheduled is not None and rescheduled.attempt_count == 0  # shutdown gives the attempt back
