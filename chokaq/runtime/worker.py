@@ -90,8 +90,12 @@ class Worker:
         self.buffer: deque[JobRecord] = deque()
         self.running: dict[str, Running] = {}  # started and not yet finalised
         self.executing: set[str] = set()  # handler still running
-        self._outcomes: asyncio.Queue[Outcome] | None = None
-        self._wake: asyncio.Event | None = None
+        # Since Python 3.10 these bind to the running loop on first use, not at construction.
+        self._outcomes: asyncio.Queue[Outcome] = asyncio.Queue()
+        self._wake = asyncio.Event()  # NOTIFY arrived or stopping: fetch now
+        self._slot = asyncio.Event()  # a handler finished
+        self._buffered = asyncio.Event()  # the prefetch buffer has jobs
+        self._room = asyncio.Event()  # the prefetch buffer has room
         self._stopping = False
         self._stopped = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -114,8 +118,11 @@ class Worker:
             log.warning("%d stale %s move(s): this worker no longer owns the job(s)", n, transition)
 
     def _poke(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
+        """Wake the fetcher (new jobs were announced, or we are stopping)."""
+        self._wake.set()
+
+    def _slot_freed(self) -> None:
+        self._slot.set()
 
     def stop(self) -> None:
         """Ask the worker to shut down gracefully (safe from any thread or signal handler)."""
@@ -128,7 +135,8 @@ class Worker:
         if not self._stopping:
             log.info("worker %s stopping: no more fetches", self.id)
         self._stopping = True
-        self._poke()
+        for event in (self._wake, self._slot, self._buffered, self._room):
+            event.set()
 
     # ------------------------------------------------------------------ main
     def run(self, *, install_signals: bool = True) -> None:
@@ -136,8 +144,6 @@ class Worker:
 
     async def run_async(self, *, install_signals: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
-        self._outcomes = asyncio.Queue()
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._begin_stop)
@@ -196,38 +202,47 @@ class Worker:
 
     # ------------------------------------------------------------------ dispatch
     async def _dispatch_loop(self) -> None:
-        assert self._wake is not None
+        # Fetching and starting run side by side: a start never waits behind a fetch round trip.
+        fetcher = asyncio.create_task(self._fetch_loop(), name="chokaq-fetch")
+        starter = asyncio.create_task(self._start_loop(), name="chokaq-start")
+        await asyncio.gather(fetcher, starter)
+
+    async def _fetch_loop(self) -> None:
         poll = self.settings.storage.polling_interval
-        next_fetch = 0.0
         while not self._stopping:
-            progressed = False
-            free = self.concurrency - len(self.executing)
-            if free > 0 and self.buffer:
-                await self._start_batch([self.buffer.popleft() for _ in range(min(free, len(self.buffer)))])
-                progressed = True
             room = self.prefetch - len(self.buffer)
-            now = time.monotonic()
-            if room > 0 and now >= next_fetch and not self._stopping:
-                self._wake.clear()
-                try:
-                    jobs = await self._db(self.storage.fetch, self.id, min(self.batch, room), self.queues)
-                except Exception:
-                    log.exception("fetch failed; retrying in %.1fs", poll)
-                    jobs = []
-                if jobs:
-                    self.buffer.extend(await self._drop_own_reruns(jobs))
-                    progressed = True
-                else:
-                    next_fetch = time.monotonic() + poll
-            if progressed:
-                await asyncio.sleep(0)
+            if room <= 0:
+                self._room.clear()
+                await self._room.wait()
                 continue
-            timeout = max(0.0, next_fetch - time.monotonic()) if room > 0 else None
+            self._wake.clear()
+            try:
+                jobs = await self._db(self.storage.fetch, self.id, min(self.batch, room), self.queues)
+            except Exception:
+                log.exception("fetch failed; retrying in %.1fs", poll)
+                jobs = []
+            if jobs:
+                self.buffer.extend(await self._drop_own_reruns(jobs))
+                self._buffered.set()
+                continue
+            # Nothing due: sleep until the poll interval passes or a NOTIFY/stop wakes us.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            if self._wake.is_set():
-                self._wake.clear()
-                next_fetch = 0.0
+                await asyncio.wait_for(self._wake.wait(), poll)
+
+    async def _start_loop(self) -> None:
+        while not self._stopping:
+            free = self.concurrency - len(self.executing)
+            if free <= 0:
+                self._slot.clear()
+                await self._slot.wait()
+                continue
+            if not self.buffer:
+                self._buffered.clear()
+                await self._buffered.wait()
+                continue
+            batch = [self.buffer.popleft() for _ in range(min(free, len(self.buffer)))]
+            self._room.set()
+            await self._start_batch(batch)
 
     async def _drop_own_reruns(self, jobs: list[JobRecord]) -> list[JobRecord]:
         """Give back jobs whose previous run is still alive in this process.
@@ -277,7 +292,6 @@ class Worker:
 
     # ------------------------------------------------------------------ execute
     async def _execute(self, run: Running) -> None:
-        assert self._outcomes is not None
         rec, ctx = run.record, run.ctx
         handler = self.app.handlers.get(rec.type)
         t0 = time.perf_counter()
@@ -314,7 +328,7 @@ class Worker:
             span.set_attribute("chokaq.outcome", outcome.kind)
         instruments().processing_duration.record(outcome.duration_ms, attrs)
         self.executing.discard(rec.id)
-        self._poke()
+        self._slot_freed()
         self._outcomes.put_nowait(outcome)
 
     async def _call(self, handler: Handler, rec: JobRecord, run: Running) -> None:
@@ -390,7 +404,6 @@ class Worker:
 
     # ------------------------------------------------------------------ finalize
     async def _finalize_loop(self) -> None:
-        assert self._outcomes is not None
         while True:
             first = await self._outcomes.get()
             batch = [first]
@@ -490,7 +503,6 @@ class Worker:
 
     # ------------------------------------------------------------------ shutdown
     async def _shutdown(self) -> None:
-        assert self._outcomes is not None
         ex = self.settings.execution
         if self.buffer:
             pending = list(self.buffer)

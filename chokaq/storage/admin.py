@@ -20,7 +20,7 @@ from chokaq.domain.states import FailureReason, JobStatus, Location
 from chokaq.storage.records import archive_record, dlq_record, hot_record
 from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot
 from chokaq.storage.sqlfuncs import row_lock, utc_offset, utcnow
-from chokaq.storage.store import PENDING, Storage
+from chokaq.storage.store import PENDING, Storage, status_is
 
 # Sort keys a client may name, per table. Anything else is refused before SQL is built.
 SORTS: dict[Location, dict[str, str]] = {
@@ -145,7 +145,7 @@ class AdminStore:
         if f.type:
             conds.append(t.c.Type == f.type)
         if f.status is not None and location is Location.HOT:
-            conds.append(t.c.Status == int(f.status))
+            conds.append(status_is(t.c.Status, int(f.status)))
         if f.failure_reason is not None and location is Location.DLQ:
             conds.append(t.c.FailureReason == int(f.failure_reason))
         if f.tag:
@@ -237,7 +237,7 @@ class AdminStore:
                 )
             values = self._edit_values(edit, actor)
             values["LastUpdatedUtc"] = utcnow()
-            res = c.execute(update(jobs_hot).where(jobs_hot.c.Id == job_id, jobs_hot.c.Status == PENDING)
+            res = c.execute(update(jobs_hot).where(jobs_hot.c.Id == job_id, status_is(jobs_hot.c.Status, PENDING))
                             .values(**values))
             if res.rowcount != 1:
                 raise ConflictError(f"job {job_id} was taken by a worker while it was being edited")
@@ -402,7 +402,7 @@ class AdminStore:
 
         def work(c: Connection) -> BulkResult:
             rows = self.s.move_rows(
-                c, jobs_hot, and_(jobs_hot.c.Id.in_(ids), jobs_hot.c.Status == PENDING), jobs_dlq,
+                c, jobs_hot, and_(jobs_hot.c.Id.in_(ids), status_is(jobs_hot.c.Status, PENDING)), jobs_dlq,
                 Storage.dlq_shape(FailureReason.CANCELLED, f"Cancelled by {actor.name}", actor.name),
                 {"FailedAtUtc": utcnow()},
             )

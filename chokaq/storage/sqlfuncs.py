@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import DateTime, Select
-from sqlalchemy.sql.selectable import FromClause
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.sql.selectable import FromClause
 
 # Claim rows without waiting on, or deadlocking with, other workers' claims.
 MSSQL_CLAIM_HINT = "WITH (UPDLOCK, READPAST, ROWLOCK)"

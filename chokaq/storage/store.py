@@ -24,6 +24,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    literal_column,
     or_,
     select,
     true,
@@ -48,7 +49,19 @@ T = TypeVar("T")
 NOTIFY_CHANNEL = "chokaq_jobs"
 PENDING, FETCHED, PROCESSING = int(JobStatus.PENDING), int(JobStatus.FETCHED), int(JobStatus.PROCESSING)
 
-_LIMITED_QUEUE_TTL = 1.0
+
+def status_is(column: ColumnElement[Any], status: int) -> ColumnElement[bool]:
+    """Compare Status with a literal, never a bind parameter.
+
+    The partial (filtered) indexes are defined with ``WHERE Status = n``. A parameterised predicate
+    cannot use them: PostgreSQL's generic plans for prepared statements and SQL Server's plans for
+    parameterised queries fall back to scanning and sorting every row.
+    """
+    return column == literal_column(str(int(status)))
+
+
+def status_in(column: ColumnElement[Any], *statuses: int) -> ColumnElement[bool]:
+    return column.in_([literal_column(str(int(s))) for s in statuses])
 
 
 def new_job_id() -> str:
@@ -85,7 +98,6 @@ class Storage:
         self.engine = engine or build_engine(url, pool_size=self.settings.pool_size, echo=echo)
         self.dialect = self.engine.dialect.name
         self._known_queues: set[str] = set()
-        self._limited_cache: tuple[float, list[tuple[str, int]]] = (0.0, [])
         # Test hook: called with the operation name before each transaction attempt.
         self.fault_injector: Callable[[str], None] | None = None
 
@@ -291,77 +303,73 @@ class Storage:
         return self.write(work, op="enqueue_many")
 
     # ------------------------------------------------------------------ fetch and start
-    def _limited_queues(self, conn: Connection) -> list[tuple[str, int]]:
-        stamp, cached = self._limited_cache
-        if time.monotonic() - stamp < _LIMITED_QUEUE_TTL:
-            return cached
-        rows = conn.execute(
-            select(queues.c.Name, queues.c.MaxWorkers).where(
-                queues.c.MaxWorkers.isnot(None), queues.c.IsPaused == false()
-            )
-        ).all()
-        limited = [(r[0], int(r[1])) for r in rows]
-        self._limited_cache = (time.monotonic(), limited)
-        return limited
-
     def _claim(
-        self, conn: Connection, worker_id: str, limit: int, queue_names: Sequence[str] | None, *, limited: bool
+        self,
+        conn: Connection,
+        worker_id: str,
+        limit: int,
+        queue_names: Sequence[str] | None,
+        exclude: Collection[str],
     ) -> list[JobRecord]:
         if limit <= 0:
             return []
         cand_t = jobs_hot.alias("cand")
-        blocking = queues.c.IsPaused == true()
-        if not limited:
-            blocking = or_(blocking, queues.c.MaxWorkers.isnot(None))
-        cand = select(cand_t.c.Id).where(
-            cand_t.c.Status == PENDING,
-            cand_t.c.ScheduledAtUtc <= utcnow(),
-            ~exists().where(queues.c.Name == cand_t.c.Queue, blocking),
-        )
+        cand = select(cand_t.c.Id).where(status_is(cand_t.c.Status, PENDING), cand_t.c.ScheduledAtUtc <= utcnow())
         if queue_names:
             cand = cand.where(cand_t.c.Queue.in_(list(queue_names)))
+        if exclude:
+            # A parameter list, not a join on Queues: with a join the planner sorts every Pending
+            # row; with a list it walks the fetch index in claim order and stops after ``limit``.
+            cand = cand.where(cand_t.c.Queue.not_in(sorted(exclude)))
         cand = claim_lock(
             cand.order_by(cand_t.c.Priority.desc(), cand_t.c.ScheduledAtUtc, cand_t.c.CreatedAtUtc).limit(limit),
             cand_t,
         )
         # A materialised CTE: as a plain IN-subquery PostgreSQL may re-run the LIMIT once per outer
-        # row (a nested-loop semi-join) and claim more than ``limit`` rows.
+        # row (a nested-loop semi-join) and claim more than ``limit`` rows. The outer UPDATE goes by
+        # Id alone: the CTE holds the row locks, and a Status filter here would tempt the planner
+        # to scan the whole Pending index for every claim.
         chosen = cand.cte("claim").prefix_with("MATERIALIZED", dialect="postgresql")
         stmt = (
             update(jobs_hot)
-            .where(jobs_hot.c.Id.in_(select(chosen.c.Id)), jobs_hot.c.Status == PENDING)
+            .where(jobs_hot.c.Id.in_(select(chosen.c.Id)))
             .values(Status=FETCHED, WorkerId=worker_id, LastUpdatedUtc=utcnow())
             .returning(*jobs_hot.c)
         )
         return [hot_record(r) for r in conn.execute(stmt).all()]
 
     def fetch(self, worker_id: str, limit: int, queue_names: Sequence[str] | None = None) -> list[JobRecord]:
-        """Claim up to ``limit`` due Pending jobs (Pending -> Fetched) for ``worker_id``."""
+        """Claim up to ``limit`` due Pending jobs (Pending -> Fetched) for ``worker_id``.
+
+        Paused queues are skipped. Queues with MaxWorkers are claimed separately under a lock on
+        their queue row, so the count of their Fetched and Processing jobs never passes the limit.
+        """
 
         def work(c: Connection) -> list[JobRecord]:
-            claimed = self._claim(c, worker_id, limit, queue_names, limited=False)
-            for name, _max_workers in self._limited_queues(c):
+            special = c.execute(
+                select(queues.c.Name, queues.c.IsPaused, queues.c.MaxWorkers).where(
+                    or_(queues.c.IsPaused == true(), queues.c.MaxWorkers.isnot(None))
+                )
+            ).all()
+            claimed = self._claim(c, worker_id, limit, queue_names, {r.Name for r in special})
+            for name in sorted(r.Name for r in special if not r.IsPaused):
                 room = limit - len(claimed)
                 if room <= 0:
                     break
                 if queue_names and name not in queue_names:
                     continue
-                # The queue row lock makes count-then-claim exact across workers.
                 locked = c.execute(
-                    row_lock(
-                        select(queues.c.Name, queues.c.MaxWorkers, queues.c.IsPaused).where(queues.c.Name == name),
-                        queues,
-                    )
+                    row_lock(select(queues.c.MaxWorkers, queues.c.IsPaused).where(queues.c.Name == name), queues)
                 ).first()
                 if locked is None or locked.IsPaused or locked.MaxWorkers is None:
                     continue
                 active = c.execute(
                     select(func.count())
                     .select_from(jobs_hot)
-                    .where(jobs_hot.c.Queue == name, jobs_hot.c.Status.in_([FETCHED, PROCESSING]))
+                    .where(jobs_hot.c.Queue == name, status_in(jobs_hot.c.Status, FETCHED, PROCESSING))
                 ).scalar_one()
                 allowance = int(locked.MaxWorkers) - int(active)
-                claimed += self._claim(c, worker_id, min(room, allowance), [name], limited=True)
+                claimed += self._claim(c, worker_id, min(room, allowance), [name], ())
             claimed.sort(key=lambda j: (-(j.priority or 0), j.scheduled_at_utc or 0, j.created_at_utc or 0))
             return claimed
 
@@ -384,7 +392,7 @@ class Storage:
         def work(c: Connection) -> StartResult:
             rows = c.execute(
                 update(jobs_hot)
-                .where(self.fenced(jobs_hot, worker_id, leases), jobs_hot.c.Status == FETCHED, ~paused)
+                .where(self.fenced(jobs_hot, worker_id, leases), status_is(jobs_hot.c.Status, FETCHED), ~paused)
                 .values(
                     Status=PROCESSING,
                     AttemptCount=jobs_hot.c.AttemptCount + 1,
@@ -407,7 +415,7 @@ class Storage:
     def _release(self, c: Connection, worker_id: str, leases: Sequence[Lease]) -> list[str]:
         rows = c.execute(
             update(jobs_hot)
-            .where(self.fenced(jobs_hot, worker_id, leases), jobs_hot.c.Status == FETCHED)
+            .where(self.fenced(jobs_hot, worker_id, leases), status_is(jobs_hot.c.Status, FETCHED))
             .values(Status=PENDING, WorkerId=None, LastUpdatedUtc=utcnow())
             .returning(jobs_hot.c.Id)
         ).all()
@@ -428,7 +436,7 @@ class Storage:
         def work(c: Connection) -> set[str]:
             rows = c.execute(
                 update(jobs_hot)
-                .where(self.fenced(jobs_hot, worker_id, leases), jobs_hot.c.Status == PROCESSING)
+                .where(self.fenced(jobs_hot, worker_id, leases), status_is(jobs_hot.c.Status, PROCESSING))
                 .values(HeartbeatUtc=utcnow())
                 .returning(jobs_hot.c.Id)
             ).all()
@@ -479,7 +487,9 @@ class Storage:
             }
 
         def work(c: Connection) -> set[str]:
-            where = and_(self.fenced(jobs_hot, worker_id, [d.lease for d in done]), jobs_hot.c.Status == PROCESSING)
+            where = and_(
+                self.fenced(jobs_hot, worker_id, [d.lease for d in done]), status_is(jobs_hot.c.Status, PROCESSING)
+            )
             rows = self.move_rows(c, jobs_hot, where, jobs_archive, shape, {"FinishedAtUtc": utcnow()})
             self.bump_stats(c, "SucceededTotal", Counter(r["Queue"] for r in rows))
             return {r["Id"] for r in rows}
@@ -514,7 +524,7 @@ class Storage:
         """Processing -> DLQ. False when the worker no longer owns the job (a stale move)."""
 
         def work(c: Connection) -> bool:
-            where = and_(self.fenced(jobs_hot, lease.worker_id, [lease]), jobs_hot.c.Status == PROCESSING)
+            where = and_(self.fenced(jobs_hot, lease.worker_id, [lease]), status_is(jobs_hot.c.Status, PROCESSING))
             rows = self.move_rows(
                 c, jobs_hot, where, jobs_dlq, self.dlq_shape(reason, error_details), {"FailedAtUtc": utcnow()}
             )
@@ -529,7 +539,7 @@ class Storage:
         def work(c: Connection) -> bool:
             rows = c.execute(
                 update(jobs_hot)
-                .where(self.fenced(jobs_hot, lease.worker_id, [lease]), jobs_hot.c.Status == PROCESSING)
+                .where(self.fenced(jobs_hot, lease.worker_id, [lease]), status_is(jobs_hot.c.Status, PROCESSING))
                 .values(
                     Status=PENDING,
                     WorkerId=None,
@@ -552,7 +562,7 @@ class Storage:
         def work(c: Connection) -> list[str]:
             rows = c.execute(
                 update(jobs_hot)
-                .where(self.fenced(jobs_hot, worker_id, leases), jobs_hot.c.Status == PROCESSING)
+                .where(self.fenced(jobs_hot, worker_id, leases), status_is(jobs_hot.c.Status, PROCESSING))
                 .values(
                     Status=PENDING,
                     WorkerId=None,
@@ -575,7 +585,7 @@ class Storage:
             res = c.execute(
                 update(jobs_hot)
                 .where(
-                    jobs_hot.c.Status == FETCHED,
+                    status_is(jobs_hot.c.Status, FETCHED),
                     jobs_hot.c.LastUpdatedUtc < utc_offset(literal(-float(fetched_timeout))),
                 )
                 .values(Status=PENDING, WorkerId=None, LastUpdatedUtc=utcnow())
@@ -587,7 +597,7 @@ class Storage:
         # Re-evaluated by the moving statement itself: a heartbeat or a completion that commits
         # first makes the row no longer match, so a live job is never taken (River #1302).
         expired = and_(
-            jobs_hot.c.Status == PROCESSING,
+            status_is(jobs_hot.c.Status, PROCESSING),
             func.coalesce(jobs_hot.c.HeartbeatUtc, jobs_hot.c.LastUpdatedUtc) < utc_offset(-timeout),
         )
 
@@ -684,7 +694,6 @@ class Storage:
                 last_updated_utc=r.LastUpdatedUtc,
             )
 
-        self._limited_cache = (0.0, [])
         if conn is not None:
             return work(conn)
         return self.write(work, op="update_queue")
@@ -701,7 +710,7 @@ class Storage:
                 r[0]: r[1]
                 for r in c.execute(
                     select(jobs_hot.c.Queue, func.min(jobs_hot.c.ScheduledAtUtc))
-                    .where(jobs_hot.c.Status == PENDING, jobs_hot.c.ScheduledAtUtc <= utcnow())
+                    .where(status_is(jobs_hot.c.Status, PENDING), jobs_hot.c.ScheduledAtUtc <= utcnow())
                     .group_by(jobs_hot.c.Queue)
                 ).all()
             }
