@@ -182,4 +182,11 @@ def setting_env_names() -> list[str]:
 
 
 # Read by the Azure Functions app (function_app.py), listed here so deploy files can be checked.
-FUNCTIONS_ENV_NAMES = ["CHOKAQ_SWEEP_SCHEDULE", "CHOKAQ_RETENTION_SCHEDULE", "CHOKAQ_FUNCTIONS_AUTH_LEVEL"]
+FUNCTIONS_ENV_NAMES = [
+    "CHOKAQ_SWEEP_SCHEDULE",
+    "CHOKAQ_RETENTION_SCHEDULE",
+    "CHOKAQ_FUNCTIONS_AUTH_LEVEL",
+    "CHOKAQ_DRAIN_SCHEDULE",
+    "CHOKAQ_DRAIN_SECONDS",
+    "CHOKAQ_DRAIN_IDLE_SECONDS",
+]

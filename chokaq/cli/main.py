@@ -271,6 +271,7 @@ def stats(c: Ctx) -> None:
 
 
 def main() -> None:
+    from chokaq.cli import admin_cmds as _admin  # noqa: F401 - registers serve, dlq, archive
     from chokaq.cli import dev as _dev  # noqa: F401 - registers `chokaq dev`
 
     cli(prog_name="chokaq")

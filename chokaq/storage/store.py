@@ -47,6 +47,7 @@ log = logging.getLogger("chokaq.storage")
 T = TypeVar("T")
 
 NOTIFY_CHANNEL = "chokaq_jobs"
+_LIMITED_QUEUE_TTL = 1.0
 PENDING, FETCHED, PROCESSING = int(JobStatus.PENDING), int(JobStatus.FETCHED), int(JobStatus.PROCESSING)
 
 
@@ -98,6 +99,7 @@ class Storage:
         self.engine = engine or build_engine(url, pool_size=self.settings.pool_size, echo=echo)
         self.dialect = self.engine.dialect.name
         self._known_queues: set[str] = set()
+        self._limited_cache: tuple[float, list[str]] = (0.0, [])
         # Test hook: called with the operation name before each transaction attempt.
         self.fault_injector: Callable[[str], None] | None = None
 
@@ -309,7 +311,8 @@ class Storage:
         worker_id: str,
         limit: int,
         queue_names: Sequence[str] | None,
-        exclude: Collection[str],
+        *,
+        limited: bool,
     ) -> list[JobRecord]:
         if limit <= 0:
             return []
@@ -317,10 +320,13 @@ class Storage:
         cand = select(cand_t.c.Id).where(status_is(cand_t.c.Status, PENDING), cand_t.c.ScheduledAtUtc <= utcnow())
         if queue_names:
             cand = cand.where(cand_t.c.Queue.in_(list(queue_names)))
-        if exclude:
-            # A parameter list, not a join on Queues: with a join the planner sorts every Pending
-            # row; with a list it walks the fetch index in claim order and stops after ``limit``.
-            cand = cand.where(cand_t.c.Queue.not_in(sorted(exclude)))
+        blocked = queues.c.IsPaused == true()
+        if not limited:
+            blocked = or_(blocked, queues.c.MaxWorkers.isnot(None))
+        # NOT IN an uncorrelated subquery: the database evaluates it once (a hashed subplan) and
+        # still walks the fetch index in claim order, stopping after ``limit`` rows. A correlated
+        # NOT EXISTS becomes an anti-join that sorts every Pending row instead.
+        cand = cand.where(cand_t.c.Queue.not_in(select(queues.c.Name).where(blocked)))
         cand = claim_lock(
             cand.order_by(cand_t.c.Priority.desc(), cand_t.c.ScheduledAtUtc, cand_t.c.CreatedAtUtc).limit(limit),
             cand_t,
@@ -338,6 +344,22 @@ class Storage:
         )
         return [hot_record(r) for r in conn.execute(stmt).all()]
 
+    def _limited_queues(self, conn: Connection) -> list[str]:
+        """Queues with MaxWorkers, re-read at most every second: the list only decides which
+        queues get a locked claim; the main claim excludes them exactly, by subquery."""
+        stamp, names = self._limited_cache
+        if time.monotonic() - stamp > _LIMITED_QUEUE_TTL:
+            names = list(
+                c[0]
+                for c in conn.execute(
+                    select(queues.c.Name)
+                    .where(queues.c.MaxWorkers.isnot(None), queues.c.IsPaused == false())
+                    .order_by(queues.c.Name)
+                ).all()
+            )
+            self._limited_cache = (time.monotonic(), names)
+        return names
+
     def fetch(self, worker_id: str, limit: int, queue_names: Sequence[str] | None = None) -> list[JobRecord]:
         """Claim up to ``limit`` due Pending jobs (Pending -> Fetched) for ``worker_id``.
 
@@ -346,13 +368,8 @@ class Storage:
         """
 
         def work(c: Connection) -> list[JobRecord]:
-            special = c.execute(
-                select(queues.c.Name, queues.c.IsPaused, queues.c.MaxWorkers).where(
-                    or_(queues.c.IsPaused == true(), queues.c.MaxWorkers.isnot(None))
-                )
-            ).all()
-            claimed = self._claim(c, worker_id, limit, queue_names, {r.Name for r in special})
-            for name in sorted(r.Name for r in special if not r.IsPaused):
+            claimed = self._claim(c, worker_id, limit, queue_names, limited=False)
+            for name in self._limited_queues(c):
                 room = limit - len(claimed)
                 if room <= 0:
                     break
@@ -369,7 +386,7 @@ class Storage:
                     .where(jobs_hot.c.Queue == name, status_in(jobs_hot.c.Status, FETCHED, PROCESSING))
                 ).scalar_one()
                 allowance = int(locked.MaxWorkers) - int(active)
-                claimed += self._claim(c, worker_id, min(room, allowance), [name], ())
+                claimed += self._claim(c, worker_id, min(room, allowance), [name], limited=True)
             claimed.sort(key=lambda j: (-(j.priority or 0), j.scheduled_at_utc or 0, j.created_at_utc or 0))
             return claimed
 
@@ -682,6 +699,7 @@ class Storage:
 
         def work(c: Connection) -> QueueInfo:
             self._known_queues.discard(name)
+            self._limited_cache = (0.0, [])
             self.ensure_queue(c, name)
             c.execute(update(queues).where(queues.c.Name == name).values(**values))
             r = c.execute(select(queues).where(queues.c.Name == name)).one()

@@ -1,0 +1,309 @@
+"""Request and response bodies of the admin API. Requests forbid unknown fields: only payload,
+tags and priority are editable, and a typo is an error, not a silently ignored change."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from chokaq.domain import limits
+from chokaq.domain.errors import JobValidationError
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("NUL characters are not allowed")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("not valid Unicode (lone surrogate)") from None
+    return value
+
+
+# Text that reaches the database as a bound parameter (never as SQL); NUL is refused because
+# PostgreSQL cannot store it.
+Text = Annotated[str, AfterValidator(_no_nul)]
+QueueName = Annotated[Text, Field(min_length=1, max_length=limits.MAX_QUEUE_LEN)]
+TypeName = Annotated[Text, Field(min_length=1, max_length=limits.MAX_TYPE_LEN)]
+Tags = Annotated[Text, Field(max_length=limits.MAX_TAGS_LEN)]
+JobId = Annotated[Text, Field(min_length=1, max_length=limits.MAX_JOB_ID_LEN)]
+Priority = Annotated[int, Field(ge=-1_000_000, le=1_000_000)]
+
+
+def naive_utc(value: datetime | None) -> datetime | None:
+    """Timestamps are stored as naive UTC; convert aware input, refuse what cannot be converted."""
+    if value is None or value.tzinfo is None:
+        return value
+    try:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    except OverflowError:
+        raise JobValidationError(f"timestamp {value.isoformat()} is out of range") from None
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------------------- errors
+class FieldError(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str = "value_error"
+
+
+class ErrorOut(BaseModel):
+    error: str = Field(description="machine-readable code: unauthenticated, forbidden, not_found, conflict, "
+                                   "invalid, validation_error, payload_invalid, ...")
+    detail: str | list[FieldError]
+
+
+# ---------------------------------------------------------------------------- system
+class HealthOut(BaseModel):
+    status: str
+    db: str
+
+
+class QueueStatsOut(BaseModel):
+    queue: str
+    pending: int
+    fetched: int
+    processing: int
+    succeeded_total: int
+    failed_total: int
+    retried_total: int
+    dlq_size: int
+    oldest_pending_lag_seconds: float | None
+    last_activity_utc: str | None
+
+
+class TotalsOut(BaseModel):
+    pending: int = 0
+    fetched: int = 0
+    processing: int = 0
+    succeeded_total: int = 0
+    failed_total: int = 0
+    retried_total: int = 0
+    dlq_size: int = 0
+    oldest_pending_lag_seconds: float | None = None
+
+
+class TopErrorOut(BaseModel):
+    type: str
+    failure_reason: str
+    count: int
+    last_failed_utc: str | None
+    sample_id: str | None
+
+
+class StatsOut(BaseModel):
+    queues: list[QueueStatsOut]
+    totals: TotalsOut
+    rates: dict[str, dict[str, int]] = Field(description="jobs archived/dead-lettered in the last 1, 5, 15 min")
+    top_errors: list[TopErrorOut]
+
+
+class HandlerOut(BaseModel):
+    type: str
+    queue: str
+    payload_schema: dict[str, Any] | None
+
+
+class MetaOut(BaseModel):
+    role: str
+    actor: str
+    handlers: list[HandlerOut]
+    dev_open: bool
+
+
+# ---------------------------------------------------------------------------- queues
+class QueueOut(BaseModel):
+    name: str
+    is_paused: bool
+    is_active: bool
+    zombie_timeout_seconds: int | None
+    max_workers: int | None
+    last_updated_utc: str | None
+
+
+class QueueListOut(BaseModel):
+    items: list[QueueOut]
+
+
+class QueuePatchIn(_In):
+    """Absent fields are unchanged; ``null`` clears an override."""
+
+    paused: bool | None = None
+    zombie_timeout_seconds: int | None = Field(default=None, gt=0, le=7 * 86400)
+    max_workers: int | None = Field(default=None, ge=1, le=100_000)
+
+
+# ---------------------------------------------------------------------------- jobs
+class JobOut(BaseModel):
+    """The shape of ``chokaq job show`` (JobRecord.to_public())."""
+
+    id: str
+    location: Literal["hot", "archive", "dlq"]
+    status: str | None
+    queue: str
+    type: str
+    payload: Any
+    tags: str | None
+    priority: int | None
+    idempotency_key: str | None
+    attempt_count: int
+    failure_reason: str | None
+    error_details: str | None
+    worker_id: str | None
+    heartbeat_utc: str | None
+    scheduled_at_utc: str | None
+    created_at_utc: str | None
+    started_at_utc: str | None
+    last_updated_utc: str | None
+    finished_at_utc: str | None
+    failed_at_utc: str | None
+    duration_ms: int | None
+    created_by: str | None
+    last_modified_by: str | None
+
+
+class DlqJobOut(JobOut):
+    payload_schema: dict[str, Any] | None = Field(
+        description="JSON schema of the handler's payload model, when the type has one"
+    )
+
+
+class JobPageOut(BaseModel):
+    items: list[JobOut]
+    total: int
+    page: int
+    page_size: int
+
+
+class EnqueueIn(_In):
+    type: TypeName
+    payload: Any = Field(default=None, description="any JSON value; validated by the handler's model if any")
+    queue: QueueName | None = Field(default=None, description="default: the handler's queue, else 'default'")
+    priority: Priority = limits.DEFAULT_PRIORITY
+    delay_seconds: float = Field(default=0.0, ge=0, le=366 * 86400)
+    tags: Tags | None = None
+    idempotency_key: Annotated[Text, Field(min_length=1, max_length=limits.MAX_IDEMPOTENCY_KEY_LEN)] | None = None
+
+
+class EnqueueOut(BaseModel):
+    id: str
+    created: bool
+
+
+class _PayloadEdit(_In):
+    payload: Any = Field(default=None, description="the new payload as a JSON value")
+    payload_text: str | None = Field(
+        default=None, description="or: the new payload as JSON text (what an editor holds); must parse"
+    )
+    tags: Tags | None = None
+    force: bool = Field(default=False, description="admin only: store a payload the handler's model rejects")
+
+    @model_validator(mode="after")
+    def _one_payload(self) -> _PayloadEdit:
+        if "payload" in self.model_fields_set and self.payload_text is not None:
+            raise ValueError("give payload or payload_text, not both")
+        return self
+
+    def has_payload(self) -> bool:
+        return "payload" in self.model_fields_set or self.payload_text is not None
+
+
+class JobEditIn(_PayloadEdit):
+    priority: Priority | None = None
+
+
+class DlqEditIn(_PayloadEdit):
+    pass
+
+
+class ResurrectIn(_PayloadEdit):
+    priority: Priority | None = Field(default=None, description=f"default {limits.DEFAULT_PRIORITY}")
+
+
+class IdsIn(_In):
+    ids: list[JobId] = Field(min_length=1, max_length=limits.MAX_BULK_IDS)
+
+
+class CancelOut(BaseModel):
+    cancelled: int
+    skipped_ids: list[str]
+
+
+class DlqFilterIn(_In):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    queue: QueueName | None = None
+    type: TypeName | None = None
+    failure_reason: Annotated[Text, Field(max_length=40)] | int | None = Field(
+        default=None, description="name (e.g. Zombie, FatalError) or number"
+    )
+    tag: Tags | None = None
+    from_: datetime | None = Field(default=None, alias="from")
+    to: datetime | None = None
+    search: Annotated[Text, Field(max_length=200)] | None = None
+
+
+class BulkIn(_In):
+    ids: list[JobId] | None = Field(default=None, max_length=limits.MAX_BULK_IDS)
+    filter: DlqFilterIn | None = None
+    max_jobs: int = Field(default=limits.DEFAULT_BULK_MAX_JOBS, ge=1, le=limits.MAX_BULK_IDS)
+    dry_run: bool = False
+
+    @model_validator(mode="after")
+    def _ids_or_filter(self) -> BulkIn:
+        if (self.ids is None) == (self.filter is None):
+            raise ValueError("give either ids or filter")
+        return self
+
+
+class BulkOut(BaseModel):
+    matched: int
+    affected: int
+    sample_ids: list[str]
+    dry_run: bool
+    skipped_ids: list[str]
+
+
+class ArchivePurgeIn(_In):
+    older_than: datetime = Field(description="delete archived jobs finished before this UTC time")
+
+
+class ArchivePurgeOut(BaseModel):
+    deleted: int
+
+
+# ---------------------------------------------------------------------------- audit and events
+class AuditOut(BaseModel):
+    id: int
+    at_utc: str | None
+    actor: str
+    role: str
+    action: str
+    job_ids: list[str]
+    job_count: int
+    details: Any
+
+
+class AuditPageOut(BaseModel):
+    items: list[AuditOut]
+    total: int
+    page: int
+    page_size: int
+
+
+class EventOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    kind: str
+    at: float
+
+
+class RecentEventsOut(BaseModel):
+    events: list[EventOut]
+    now: float = Field(description="pass as ?after= on the next poll")

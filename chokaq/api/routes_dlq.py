@@ -1,0 +1,162 @@
+"""The dead-letter queue: list, inspect, edit, resurrect (one or many), purge."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Path, Query, Request
+
+from chokaq.api.common import (
+    CONFLICT,
+    ERRORS,
+    NOT_FOUND,
+    Admin,
+    Operator,
+    Viewer,
+    actor,
+    admin_store,
+    check_job_id,
+    chokaq_app,
+    edited_payload,
+    publish,
+)
+from chokaq.api.models import (
+    BulkIn,
+    BulkOut,
+    DlqEditIn,
+    DlqFilterIn,
+    DlqJobOut,
+    JobOut,
+    JobPageOut,
+    QueueName,
+    ResurrectIn,
+    Tags,
+    Text,
+    TypeName,
+    naive_utc,
+)
+from chokaq.domain import limits
+from chokaq.domain.errors import JobValidationError, NotFoundError
+from chokaq.domain.models import JobRecord
+from chokaq.domain.states import FailureReason, Location
+from chokaq.runtime.app import ChokaQ
+from chokaq.storage.admin import BulkResult, JobEdit, JobFilter
+
+router = APIRouter(prefix="/api/dlq", tags=["dlq"])
+
+JobIdPath = Annotated[str, Path(description="job id")]
+
+
+def _reason(value: str | int | None) -> FailureReason | None:
+    if value is None or value == "":
+        return None
+    try:
+        return FailureReason.parse(value)
+    except ValueError:
+        names = ", ".join(r.label for r in FailureReason)
+        raise JobValidationError(f"unknown failure_reason {value!r}: use a number 0..10 or one of {names}") from None
+
+
+def _filter(f: DlqFilterIn) -> JobFilter:
+    return JobFilter(queue=f.queue, type=f.type, failure_reason=_reason(f.failure_reason), tag=f.tag,
+                     from_utc=naive_utc(f.from_), to_utc=naive_utc(f.to), search=f.search)
+
+
+def _dead(app: ChokaQ, job_id: str) -> JobRecord:
+    rec = app.storage.get_job(check_job_id(job_id))
+    if rec is None:
+        raise NotFoundError(f"no job {job_id!r}")
+    if rec.location is not Location.DLQ:
+        raise NotFoundError(f"job {job_id} is not in the DLQ (it is in {rec.location.value})")
+    return rec
+
+
+def _bulk_out(res: BulkResult) -> BulkOut:
+    return BulkOut(matched=res.matched, affected=res.affected, sample_ids=res.sample_ids, dry_run=res.dry_run,
+                   skipped_ids=res.skipped_ids)
+
+
+@router.get("", response_model=JobPageOut, responses=ERRORS)
+def list_dlq(
+    request: Request,
+    who: Viewer,
+    queue: Annotated[QueueName | None, Query(max_length=limits.MAX_QUEUE_LEN)] = None,
+    type: Annotated[TypeName | None, Query(max_length=limits.MAX_TYPE_LEN)] = None,
+    failure_reason: Annotated[Text | None, Query(max_length=40, description="name (Zombie) or number")] = None,
+    tag: Annotated[Tags | None, Query(max_length=limits.MAX_TAGS_LEN)] = None,
+    from_: Annotated[datetime | None, Query(alias="from")] = None,
+    to: datetime | None = None,
+    search: Annotated[Text | None, Query(max_length=200, description="id, type, tags or error text")] = None,
+    sort: Annotated[str | None, Query(max_length=40, description="a key of the DLQ sort whitelist")] = None,
+    desc: bool = True,
+    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+    page_size: Annotated[int, Query(ge=1, le=limits.MAX_BULK_IDS)] = 100,
+) -> JobPageOut:
+    f = JobFilter(queue=queue, type=type, failure_reason=_reason(failure_reason), tag=tag,
+                  from_utc=naive_utc(from_), to_utc=naive_utc(to), search=search)
+    p = admin_store(request).list_jobs(Location.DLQ, f, sort=sort, descending=desc, page=page, page_size=page_size)
+    return JobPageOut(items=[JobOut(**j.to_public()) for j in p.items], total=p.total, page=p.page,
+                      page_size=p.page_size)
+
+
+@router.post("/resurrect", response_model=BulkOut, responses=ERRORS)
+def resurrect_many(request: Request, body: BulkIn, who: Operator) -> BulkOut:
+    """Back to Pending by ids (<= 1000) or by filter (max_jobs, default 100, cap 1000); dry_run previews."""
+    store = admin_store(request)
+    if body.filter is not None:
+        res = store.resurrect_many(actor(who), f=_filter(body.filter), max_jobs=body.max_jobs, dry_run=body.dry_run)
+    else:
+        res = store.resurrect_many(actor(who), ids=body.ids, dry_run=body.dry_run)
+    if res.affected:
+        publish("job.resurrected", who, ids=res.sample_ids, count=res.affected)
+    return _bulk_out(res)
+
+
+@router.post("/purge", response_model=BulkOut, responses=ERRORS)
+def purge(request: Request, body: BulkIn, who: Admin) -> BulkOut:
+    """Delete dead jobs for good, by ids or by filter; dry_run previews."""
+    store = admin_store(request)
+    if body.filter is not None:
+        res = store.purge_dlq(actor(who), f=_filter(body.filter), max_jobs=body.max_jobs, dry_run=body.dry_run)
+    else:
+        res = store.purge_dlq(actor(who), ids=body.ids, dry_run=body.dry_run)
+    if res.affected:
+        publish("job.purged", who, location="dlq", ids=res.sample_ids, count=res.affected)
+    return _bulk_out(res)
+
+
+@router.get("/{job_id}", response_model=DlqJobOut, responses={**ERRORS, **NOT_FOUND})
+def inspect(request: Request, job_id: JobIdPath, who: Viewer) -> DlqJobOut:
+    """Every field, the full error details, and the handler's payload schema (if it has a model)."""
+    app = chokaq_app(request)
+    rec = _dead(app, job_id)
+    handler = app.handlers.get(rec.type)
+    return DlqJobOut(**rec.to_public(), payload_schema=handler.payload_schema() if handler else None)
+
+
+@router.patch("/{job_id}", response_model=JobOut, responses={**ERRORS, **NOT_FOUND, **CONFLICT})
+def edit_dead(request: Request, job_id: JobIdPath, body: DlqEditIn, who: Operator) -> JobOut:
+    """Fix payload and/or tags; the job stays in the DLQ."""
+    app = chokaq_app(request)
+    rec = _dead(app, job_id)
+    text = edited_payload(app, rec.type, body, who)
+    out = admin_store(request).edit_dlq(job_id, JobEdit(payload=text, tags=body.tags, force=body.force), actor(who))
+    publish("job.updated", who, id=job_id, queue=out.queue, location="dlq", action="edited")
+    return JobOut(**out.to_public())
+
+
+@router.post("/{job_id}/resurrect", response_model=JobOut, responses={**ERRORS, **NOT_FOUND, **CONFLICT})
+def resurrect(request: Request, job_id: JobIdPath, who: Operator,
+              body: Annotated[ResurrectIn | None, Body()] = None) -> JobOut:
+    """One atomic move back to Pending, optionally with a fixed payload, tags or priority."""
+    app = chokaq_app(request)
+    body = body or ResurrectIn()
+    rec = app.storage.get_job(check_job_id(job_id))
+    if rec is None:
+        raise NotFoundError(f"no job {job_id!r}")
+    text = edited_payload(app, rec.type, body, who)
+    edit = JobEdit(payload=text, tags=body.tags, priority=body.priority, force=body.force)
+    out = admin_store(request).resurrect(job_id, actor(who), None if edit.is_empty() and not edit.force else edit)
+    publish("job.resurrected", who, id=job_id, queue=out.queue, ids=[job_id], count=1)
+    return JobOut(**out.to_public())

@@ -1,0 +1,140 @@
+"""Jobs in the hot table and the archive: enqueue, show, list, edit Pending, cancel."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query, Request, Response
+from pydantic import BaseModel, ValidationError
+
+from chokaq.api.common import (
+    CONFLICT,
+    ERRORS,
+    NOT_FOUND,
+    Operator,
+    PayloadInvalid,
+    Viewer,
+    actor,
+    admin_store,
+    check_job_id,
+    chokaq_app,
+    edited_payload,
+    field_errors,
+    publish,
+)
+from chokaq.api.models import (
+    CancelOut,
+    EnqueueIn,
+    EnqueueOut,
+    FieldError,
+    IdsIn,
+    JobEditIn,
+    JobOut,
+    JobPageOut,
+    QueueName,
+    Tags,
+    Text,
+    TypeName,
+    naive_utc,
+)
+from chokaq.domain import limits
+from chokaq.domain.errors import NotFoundError
+from chokaq.domain.models import EnqueueRequest, encode_payload
+from chokaq.domain.states import JobStatus, Location
+from chokaq.storage.admin import JobEdit, JobFilter
+from chokaq.telemetry import instruments
+
+router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+
+JobIdPath = Annotated[str, Path(description="job id")]
+
+
+@router.post("", response_model=EnqueueOut, status_code=201,
+             responses={**ERRORS, 200: {"model": EnqueueOut, "description": "duplicate idempotency key"}})
+def enqueue(request: Request, response: Response, body: EnqueueIn, who: Operator) -> EnqueueOut:
+    """Store a job. A live duplicate idempotency key returns the existing id with 200."""
+    app = chokaq_app(request)
+    handler = app.handlers.get(body.type)
+    payload: Any = {} if body.payload is None else body.payload
+    if handler is not None and handler.payload_model is not None:
+        try:
+            model: BaseModel = handler.payload_model.model_validate(payload)
+        except ValidationError as exc:
+            raise PayloadInvalid(field_errors(exc, ("body", "payload"))) from None
+        text = model.model_dump_json()
+    else:
+        try:
+            text = encode_payload(payload)
+        except ValueError as exc:
+            raise PayloadInvalid([FieldError(loc=["body", "payload"], msg=str(exc), type="payload")]) from None
+    req = EnqueueRequest(
+        type=body.type, payload=text, queue=body.queue or (handler.queue if handler else "default"),
+        priority=body.priority, delay_seconds=body.delay_seconds, tags=body.tags,
+        idempotency_key=body.idempotency_key, created_by=who.name[: limits.MAX_ACTOR_LEN],
+    )
+    job_id, created = app.storage.enqueue(req)
+    if created:
+        instruments().enqueued.add(1, {"queue": req.queue, "type": req.type})
+        publish("job.updated", who, id=job_id, queue=req.queue, type=req.type, status="Pending", action="enqueued")
+    else:
+        response.status_code = 200
+    return EnqueueOut(id=job_id, created=created)
+
+
+@router.get("", response_model=JobPageOut, responses=ERRORS)
+def list_jobs(
+    request: Request,
+    who: Viewer,
+    location: Literal["hot", "archive"] = "hot",
+    queue: Annotated[QueueName | None, Query(max_length=limits.MAX_QUEUE_LEN)] = None,
+    type: Annotated[TypeName | None, Query(max_length=limits.MAX_TYPE_LEN)] = None,
+    status: Literal["Pending", "Fetched", "Processing"] | None = None,
+    tag: Annotated[Tags | None, Query(max_length=limits.MAX_TAGS_LEN)] = None,
+    from_: Annotated[datetime | None, Query(alias="from")] = None,
+    to: datetime | None = None,
+    search: Annotated[Text | None, Query(max_length=200)] = None,
+    sort: Annotated[str | None, Query(max_length=40, description="a key of the location's sort whitelist")] = None,
+    desc: bool = True,
+    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+    page_size: Annotated[int, Query(ge=1, le=limits.MAX_BULK_IDS)] = 100,
+) -> JobPageOut:
+    """Hot (Pending/Fetched/Processing) or archived jobs, filtered, sorted from a whitelist and paged."""
+    f = JobFilter(queue=queue, type=type, status=JobStatus[status.upper()] if status else None, tag=tag,
+                  from_utc=naive_utc(from_), to_utc=naive_utc(to), search=search)
+    page_ = admin_store(request).list_jobs(Location(location), f, sort=sort, descending=desc, page=page,
+                                           page_size=page_size)
+    return JobPageOut(items=[JobOut(**j.to_public()) for j in page_.items], total=page_.total, page=page_.page,
+                      page_size=page_.page_size)
+
+
+@router.post("/cancel", response_model=CancelOut, responses=ERRORS)
+def cancel(request: Request, body: IdsIn, who: Operator) -> CancelOut:
+    """Pending jobs -> DLQ as Cancelled. Jobs a worker owns (or unknown ids) are skipped and listed."""
+    res = admin_store(request).cancel(body.ids, actor(who))
+    if res.affected:
+        publish("job.failed", who, ids=res.sample_ids, count=res.affected, reason="Cancelled")
+    return CancelOut(cancelled=res.affected, skipped_ids=res.skipped_ids)
+
+
+@router.get("/{job_id}", response_model=JobOut, responses={**ERRORS, **NOT_FOUND})
+def get_job(request: Request, job_id: JobIdPath, who: Viewer) -> JobOut:
+    """The job wherever it is: hot, archive or DLQ."""
+    rec = chokaq_app(request).storage.get_job(check_job_id(job_id))
+    if rec is None:
+        raise NotFoundError(f"no job {job_id!r} in hot, archive or DLQ")
+    return JobOut(**rec.to_public())
+
+
+@router.patch("/{job_id}", response_model=JobOut, responses={**ERRORS, **NOT_FOUND, **CONFLICT})
+def edit_job(request: Request, job_id: JobIdPath, body: JobEditIn, who: Operator) -> JobOut:
+    """Edit payload, tags or priority of a Pending job; 409 once a worker owns it."""
+    app = chokaq_app(request)
+    rec = app.storage.get_job(check_job_id(job_id))
+    if rec is None:
+        raise NotFoundError(f"no job {job_id!r}")
+    text = edited_payload(app, rec.type, body, who)
+    edit = JobEdit(payload=text, tags=body.tags, priority=body.priority, force=body.force)
+    out = admin_store(request).edit_pending(job_id, edit, actor(who))
+    publish("job.updated", who, id=job_id, queue=out.queue, status="Pending", action="edited")
+    return JobOut(**out.to_public())

@@ -1,0 +1,58 @@
+"""Timer functions: the recovery sweep and archive retention. Neither needs a worker alive."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+
+import azure.functions as func
+
+from chokaq import telemetry
+from chokaq.runtime.app import ChokaQ
+from chokaq.runtime.events import bus
+from chokaq.runtime.sweeper import run_sweep
+from chokaq.storage.admin import Actor, AdminStore
+
+log = logging.getLogger("chokaq.functions")
+
+RETENTION_ACTOR = Actor("functions:retention", "admin")
+
+
+def blueprint(app: ChokaQ) -> func.Blueprint:
+    bp = func.Blueprint()  # type: ignore[no-untyped-call]
+
+    @bp.function_name("sweep")
+    @bp.timer_trigger(arg_name="timer", schedule="%CHOKAQ_SWEEP_SCHEDULE%", run_on_startup=False,
+                      use_monitor=False)
+    def sweep(timer: func.TimerRequest) -> None:
+        """Recovery sweep: Fetched too long -> Pending, expired heartbeat -> DLQ (Zombie)."""
+        ours = telemetry.configure("chokaq-functions")
+        if timer.past_due:
+            log.info("sweep timer is past due; sweeping now")
+        try:
+            result = run_sweep(app.storage, app.settings)  # its own span and metrics
+        finally:
+            if ours:
+                telemetry.shutdown()  # flush: the instance may be reclaimed before the next export
+        log.info("sweep: recovered %d, archived %d zombies, retried %d",
+                 result.recovered, result.archived, result.retried_zombies)
+
+    @bp.function_name("retention")
+    @bp.timer_trigger(arg_name="timer", schedule="%CHOKAQ_RETENTION_SCHEDULE%", run_on_startup=False,
+                      use_monitor=True)
+    def retention(timer: func.TimerRequest) -> None:
+        """Delete archived jobs older than Retention.ArchiveDays, in batches of Storage.CleanupBatchSize."""
+        ours = telemetry.configure("chokaq-functions")
+        cutoff = datetime.now(UTC).replace(tzinfo=None) - timedelta(days=app.settings.retention.archive_days)
+        try:
+            with telemetry.tracer().start_as_current_span("chokaq.retention") as span:
+                deleted = AdminStore(app.storage).purge_archive(cutoff, RETENTION_ACTOR)
+                span.set_attribute("chokaq.deleted", deleted)
+        finally:
+            if ours:
+                telemetry.shutdown()
+        if deleted:
+            bus.publish("job.purged", actor=RETENTION_ACTOR.name, location="archive", count=deleted)
+        log.info("retention: deleted %d archived jobs finished before %sZ", deleted, cutoff.isoformat())
+
+    return bp

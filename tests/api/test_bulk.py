@@ -1,0 +1,146 @@
+"""Bulk resurrect and purge by ids and by filter (dry run, cap, exact stats), cancel, and the
+archive purge in bounded batches."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+
+from chokaq import ChokaQ
+from chokaq.api import create_api
+from chokaq.domain.states import FailureReason, JobStatus, Location
+from tests.api.helpers import HEADERS, enqueue, failed_total, make_app, make_archived, make_dead, run_one
+
+OPS, ADMIN, VIEWER = HEADERS["operator"], HEADERS["admin"], HEADERS["viewer"]
+
+
+def test_bulk_resurrect_by_filter_dry_run_cap_and_stats(app: ChokaQ, client: TestClient) -> None:
+    s = app.storage
+    zombies = make_dead(s, 7, queue="mail", type="email_v1", reason=FailureReason.ZOMBIE, details="heartbeat expired")
+    fatal = make_dead(s, 3, queue="mail", type="email_v1", reason=FailureReason.FATAL_ERROR)
+    other = make_dead(s, 2, queue="sms", type="sms_v1", reason=FailureReason.ZOMBIE)
+    assert failed_total(s, "mail") == 10 and failed_total(s, "sms") == 2
+    body = {"filter": {"queue": "mail", "failure_reason": "Zombie"}, "max_jobs": 5}
+
+    # Dry run: the count of everything matching, sample ids, nothing moves.
+    r = client.post("/api/dlq/resurrect", headers=OPS, json={**body, "dry_run": True})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["dry_run"] is True and out["matched"] == 7 and out["affected"] == 0
+    assert set(out["sample_ids"]) <= set(zombies) and len(out["sample_ids"]) == 5
+    assert failed_total(s, "mail") == 10
+
+    # The real thing stops at max_jobs, oldest failures first.
+    r = client.post("/api/dlq/resurrect", headers=OPS, json=body)
+    out = r.json()
+    assert (out["matched"], out["affected"], out["dry_run"]) == (7, 5, False)
+    assert set(out["sample_ids"]) <= set(zombies)
+    assert failed_total(s, "mail") == 10 - 5  # decreases by exactly the number resurrected
+    assert failed_total(s, "sms") == 2
+    for job_id in out["sample_ids"]:
+        rec = s.get_job(job_id)
+        assert rec is not None and rec.location is Location.HOT and rec.status is JobStatus.PENDING
+        assert rec.attempt_count == 0 and rec.priority == 10 and rec.last_modified_by == "ops@example.com"
+
+    # Filter by number works too; the rest of the zombies come back, fatal ones stay.
+    r = client.post("/api/dlq/resurrect", headers=OPS,
+                    json={"filter": {"queue": "mail", "failure_reason": 2}, "max_jobs": 1000})
+    assert r.json()["affected"] == 2
+    assert failed_total(s, "mail") == 3
+    left = client.get("/api/dlq", headers=VIEWER, params={"queue": "mail"}).json()
+    assert {j["id"] for j in left["items"]} == set(fatal) and left["total"] == 3
+    assert client.get("/api/dlq", headers=VIEWER, params={"queue": "sms"}).json()["total"] == len(other)
+
+    # Audit: one row per bulk call, with every id and the filter.
+    audit = client.get("/api/audit", headers=VIEWER).json()["items"]
+    bulk = [a for a in audit if a["action"] == "dlq.resurrect"]
+    assert [a["job_count"] for a in bulk] == [2, 5]
+    assert bulk[1]["details"]["filter"] == {"queue": "mail", "failure_reason": "Zombie"}
+
+
+def test_bulk_by_ids_reports_skipped(app: ChokaQ, client: TestClient) -> None:
+    s = app.storage
+    dead = make_dead(s, 3, queue="q")
+    pending = enqueue(s, queue="q")
+    r = client.post("/api/dlq/resurrect", headers=OPS, json={"ids": [*dead[:2], pending, "nope"]})
+    out = r.json()
+    assert r.status_code == 200 and out["affected"] == 2 and out["matched"] == 2
+    assert sorted(out["skipped_ids"]) == sorted([pending, "nope"])
+    assert failed_total(s, "q") == 1
+
+
+def test_bulk_limits_are_422(client: TestClient) -> None:
+    too_many = {"ids": [f"id{i}" for i in range(1001)]}
+    assert client.post("/api/dlq/resurrect", headers=OPS, json=too_many).status_code == 422
+    assert client.post("/api/dlq/resurrect", headers=OPS,
+                       json={"filter": {}, "max_jobs": 1001}).status_code == 422
+    both = client.post("/api/dlq/purge", headers=ADMIN, json={"ids": ["a"], "filter": {"queue": "q"}})
+    assert both.status_code == 422 and both.json()["error"] == "validation_error"
+    neither = client.post("/api/dlq/purge", headers=ADMIN, json={"dry_run": True})
+    assert neither.status_code == 422
+    bad_reason = client.post("/api/dlq/purge", headers=ADMIN, json={"filter": {"failure_reason": "Sleepy"}})
+    assert bad_reason.status_code == 422 and "Zombie" in bad_reason.json()["detail"]
+    assert client.post("/api/dlq/purge", headers=ADMIN,
+                       json={"filter": {"failure_reason": 42}}).status_code == 422
+
+
+def test_purge_by_filter_with_dry_run_and_default_cap(app: ChokaQ, client: TestClient) -> None:
+    s = app.storage
+    make_dead(s, 105, queue="bulk", type="report", details="upstream said: quota exceeded")
+    keep = make_dead(s, 2, queue="bulk", type="report", details="disk full")
+    before = failed_total(s, "bulk")
+    f = {"filter": {"queue": "bulk", "search": "QUOTA"}}
+    r = client.post("/api/dlq/purge", headers=ADMIN, json={**f, "dry_run": True})
+    assert (r.json()["matched"], r.json()["affected"]) == (105, 0)
+    assert len(r.json()["sample_ids"]) == 20
+    r = client.post("/api/dlq/purge", headers=ADMIN, json=f)  # default max_jobs 100
+    assert (r.json()["matched"], r.json()["affected"]) == (105, 100)
+    r = client.post("/api/dlq/purge", headers=ADMIN, json=f)
+    assert (r.json()["matched"], r.json()["affected"]) == (5, 5)
+    left = client.get("/api/dlq", headers=VIEWER, params={"queue": "bulk"}).json()
+    assert {j["id"] for j in left["items"]} == set(keep)
+    # Purging dead jobs does not rewrite history: FailedTotal counts failures that happened.
+    assert failed_total(s, "bulk") == before
+    purges = [a for a in client.get("/api/audit", headers=VIEWER).json()["items"] if a["action"] == "dlq.purge"]
+    assert [a["job_count"] for a in purges] == [5, 100]
+    assert purges[0]["actor"] == "admin@example.com"
+
+
+def test_cancel_pending_only(app: ChokaQ, client: TestClient) -> None:
+    s = app.storage
+    a, b = enqueue(s, queue="c"), enqueue(s, queue="c")
+    running = enqueue(s, queue="c2")
+    run_one(s, running)
+    r = client.post("/api/jobs/cancel", headers=OPS, json={"ids": [a, b, running]})
+    assert r.status_code == 200
+    assert r.json() == {"cancelled": 2, "skipped_ids": [running]}
+    dead = client.get(f"/api/dlq/{a}", headers=VIEWER).json()
+    assert dead["failure_reason"] == "Cancelled" and "ops@example.com" in dead["error_details"]
+    assert failed_total(s, "c") == 2
+
+
+@pytest.mark.parametrize("batch", [3])
+def test_archive_purge_in_batches(db_url: str, batch: int) -> None:
+    app = make_app(db_url, storage={"cleanup_batch_size": batch})
+    try:
+        s = app.storage
+        old = make_archived(s, 8, queue="done")
+        with TestClient(create_api(app)) as client:
+            # Operators may not purge; admins may.
+            cutoff = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+            assert client.post("/api/archive/purge", headers=OPS, json={"older_than": cutoff}).status_code == 403
+            none = client.post("/api/archive/purge", headers=ADMIN,
+                               json={"older_than": (datetime.now(UTC) - timedelta(days=1)).isoformat()})
+            assert none.json() == {"deleted": 0}
+            r = client.post("/api/archive/purge", headers=ADMIN, json={"older_than": cutoff})
+            assert r.status_code == 200 and r.json() == {"deleted": 8}
+            assert all(s.get_job(i) is None for i in old)
+            rows = [a for a in client.get("/api/audit", headers=VIEWER).json()["items"]
+                    if a["action"] == "archive.purge"]
+            # 8 rows in batches of 3: three short transactions, each audited.
+            assert [a["details"]["deleted"] for a in rows] == [2, 3, 3]
+            assert all(a["details"]["batch_size"] == batch for a in rows)
+    finally:
+        app.close()

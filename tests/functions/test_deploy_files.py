@@ -1,0 +1,115 @@
+"""The files `func start` and `func azure functionapp publish` read: every setting is one the
+engine or Azure knows, schedules are NCRONTAB, host.json routes /api/... to the ASGI app, and
+requirements.txt / .funcignore ship what function_app.py imports."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from chokaq.settings import load_settings, setting_env_names
+from functions import DRAIN_ENV_NAMES, build_function_app
+from functions.drain import DEFAULT_DRAIN_SECONDS, MARGIN_SECONDS, function_timeout
+
+ROOT = Path(__file__).resolve().parents[2]
+# Settings the Functions host, its Python worker or Azure Monitor read themselves.
+AZURE_SETTINGS = {
+    "FUNCTIONS_WORKER_RUNTIME", "FUNCTIONS_EXTENSION_VERSION", "AzureWebJobsStorage", "AzureWebJobsFeatureFlags",
+    "AzureWebJobsSecretStorageType", "APPLICATIONINSIGHTS_CONNECTION_STRING", "PYTHON_ENABLE_OPENTELEMETRY",
+    "PYTHON_ENABLE_WORKER_EXTENSIONS", "WEBSITE_TIME_ZONE", "OTEL_SERVICE_NAME",
+}
+DISABLED_FLAG = re.compile(r"^AzureWebJobs\.[A-Za-z_]\w*\.Disabled$")
+NCRONTAB6 = re.compile(r"^\S+ \S+ \S+ \S+ \S+ \S+$")
+
+
+def local_values() -> dict[str, str]:
+    doc = json.loads((ROOT / "local.settings.example.json").read_text())
+    assert doc["IsEncrypted"] is False
+    values: dict[str, str] = doc["Values"]
+    return values
+
+
+def test_local_settings_are_known() -> None:
+    known = set(setting_env_names()) | set(DRAIN_ENV_NAMES) | AZURE_SETTINGS
+    unknown = [k for k in local_values() if k not in known and not DISABLED_FLAG.match(k)]
+    assert not unknown, f"settings nobody reads: {unknown}"
+    assert local_values()["FUNCTIONS_WORKER_RUNTIME"] == "python"
+
+
+def test_local_settings_pass_engine_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in setting_env_names():
+        monkeypatch.delenv(name, raising=False)
+    for k, v in local_values().items():
+        if k.startswith("CHOKAQ_"):
+            monkeypatch.setenv(k, v)
+    settings = load_settings()
+    assert settings.admin.tokens and all(k.startswith("sha256:") for k in settings.admin.tokens)
+    assert settings.storage_url.startswith("mssql+pyodbc://")
+
+
+def test_every_binding_setting_is_defined_and_schedules_are_ncrontab() -> None:
+    from chokaq import ChokaQ
+
+    app = ChokaQ(storage_url="sqlite://")
+
+    @app.job("x")
+    def x(p: object) -> None: ...
+
+    values = local_values()
+    fa = build_function_app(app, environ=values)
+    referenced: set[str] = set()
+    for f in fa.get_functions():
+        referenced |= set(re.findall(r"%(\w+)%", f.get_function_json()))
+    assert referenced == {"CHOKAQ_SWEEP_SCHEDULE", "CHOKAQ_RETENTION_SCHEDULE", "CHOKAQ_DRAIN_SCHEDULE"}
+    for name in referenced:
+        assert NCRONTAB6.match(values[name]), (name, values[name])
+    assert values["CHOKAQ_SWEEP_SCHEDULE"] == "*/30 * * * * *"
+
+
+def test_host_json() -> None:
+    host = json.loads((ROOT / "host.json").read_text())
+    assert host["version"] == "2.0"
+    assert host["extensions"]["http"]["routePrefix"] == ""
+    assert host["extensionBundle"]["id"] == "Microsoft.Azure.Functions.ExtensionBundle"
+    assert function_timeout(ROOT / "host.json") == 600
+    assert function_timeout(ROOT / "host.json") >= DEFAULT_DRAIN_SECONDS + 30 + MARGIN_SECONDS
+
+
+def _name(req: str) -> str:
+    return re.split(r"[\[<>=!~ ;]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_requirements_cover_runtime_and_extras() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {_name(r) for r in project["dependencies"]}
+    for extra in ("mssql", "otel", "azure"):
+        wanted |= {_name(r) for r in project["optional-dependencies"][extra]}
+    lines = [ln for ln in (ROOT / "requirements.txt").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    have = {_name(ln) for ln in lines}
+    assert wanted <= have, f"missing from requirements.txt: {sorted(wanted - have)}"
+    assert "chokaq" not in have  # imported from the deployed directory, not installed
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    for pat in patterns:
+        if pat.endswith("/"):
+            if path.startswith(pat) or fnmatch.fnmatch(path.split("/")[0] + "/", pat):
+                return True
+        elif fnmatch.fnmatch(path, pat) or fnmatch.fnmatch(path.split("/")[-1], pat):
+            return True
+    return False
+
+
+def test_funcignore_ships_the_package_not_the_tests() -> None:
+    patterns = [ln.strip() for ln in (ROOT / ".funcignore").read_text().splitlines()
+                if ln.strip() and not ln.startswith("#")]
+    for kept in ("chokaq/api/app.py", "chokaq/storage/store.py", "functions/drain.py", "function_app.py",
+                 "host.json", "requirements.txt"):
+        assert not _ignored(kept, patterns), kept
+    for dropped in ("tests/conftest.py", ".venv/bin/python", "local.settings.json", ".git/HEAD", "chokaq.db"):
+        assert _ignored(dropped, patterns), dropped
