@@ -81,11 +81,29 @@ def pg_url() -> Iterator[str]:
         drop_pg_database(url)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+DB_PARAMS = ["sqlite", "postgres"] + (["mssql"] if MSSQL_URL else [])
+
+
+def fresh_mssql() -> str:
+    """The live SQL Server suite (CHOKAQ_TEST_MSSQL_URL): chokaq's tables dropped before each test."""
+    assert MSSQL_URL
+    eng = create_engine(MSSQL_URL, isolation_level="AUTOCOMMIT")
+    with eng.connect() as c:
+        for table in ("AuditLog", "JobsHot", "JobsArchive", "JobsDLQ", "Queues", "StatsSummary", "SchemaMigrations"):
+            c.execute(text(f"DROP TABLE IF EXISTS [chokaq].[{table}]"))
+    eng.dispose()
+    return MSSQL_URL
+
+
+@pytest.fixture(params=DB_PARAMS)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """Run the test once on a SQLite file and once on a fresh PostgreSQL database."""
+    """Run the test on a SQLite file, on a fresh PostgreSQL database and, when
+    CHOKAQ_TEST_MSSQL_URL is set, on a live SQL Server."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'chokaq.db'}"
+        return
+    if request.param == "mssql":
+        yield fresh_mssql()
         return
     url = fresh_pg_database()
     try:
