@@ -75,8 +75,8 @@ def dev(c: Ctx, host: str, port: int, no_seed: bool, open_access: bool) -> None:
         raise click.UsageError("--open only works on a loopback --host; use --auth with CHOKAQ_ADMIN__TOKENS")
     app.storage.upgrade()
     app.apply_queue_settings()
-    if not no_seed:
-        seed(app)
+    if not no_seed and not app.storage.queue_stats():
+        seed(app)  # only into a new database: restarting the demo keeps what you did
     worker = app.worker(with_sweep=True)
     t = threading.Thread(target=worker.run, kwargs={"install_signals": False}, name="chokaq-dev-worker", daemon=True)
     t.start()
