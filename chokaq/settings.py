@@ -71,7 +71,8 @@ class StorageSettings(BaseModel):
 
 
 class QueueSettings(BaseModel):
-    """Queues.<name>: applied to the queue row by `chokaq db upgrade` and by workers at start."""
+    """Queues.<name>: written to the queue row by `chokaq db upgrade`; the row is what workers read,
+    so the Deck and the API can change it later without a redeploy."""
 
     zombie_timeout_seconds: int | None = Field(default=None, gt=0)
     max_workers: int | None = Field(default=None, ge=1)

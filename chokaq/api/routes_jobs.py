@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from chokaq.api.common import (
     CONFLICT,
@@ -40,10 +40,8 @@ from chokaq.api.models import (
 )
 from chokaq.domain import limits
 from chokaq.domain.errors import NotFoundError
-from chokaq.domain.models import EnqueueRequest, encode_payload
 from chokaq.domain.states import JobStatus, Location
 from chokaq.storage.admin import JobEdit, JobFilter
-from chokaq.telemetry import instruments
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 
@@ -55,27 +53,18 @@ JobIdPath = Annotated[str, Path(description="job id")]
 def enqueue(request: Request, response: Response, body: EnqueueIn, who: Operator) -> EnqueueOut:
     """Store a job. A live duplicate idempotency key returns the existing id with 200."""
     app = chokaq_app(request)
-    handler = app.handlers.get(body.type)
-    payload: Any = {} if body.payload is None else body.payload
-    if handler is not None and handler.payload_model is not None:
-        try:
-            model: BaseModel = handler.payload_model.model_validate(payload)
-        except ValidationError as exc:
-            raise PayloadInvalid(field_errors(exc, ("body", "payload"))) from None
-        text = model.model_dump_json()
-    else:
-        try:
-            text = encode_payload(payload)
-        except ValueError as exc:
-            raise PayloadInvalid([FieldError(loc=["body", "payload"], msg=str(exc), type="payload")]) from None
-    req = EnqueueRequest(
-        type=body.type, payload=text, queue=body.queue or (handler.queue if handler else "default"),
-        priority=body.priority, delay_seconds=body.delay_seconds, tags=body.tags,
-        idempotency_key=body.idempotency_key, created_by=who.name[: limits.MAX_ACTOR_LEN],
-    )
-    job_id, created = app.storage.enqueue(req)
+    try:
+        req = app.prepare(
+            body.type, {} if body.payload is None else body.payload, queue=body.queue, priority=body.priority,
+            delay=body.delay_seconds, tags=body.tags, idempotency_key=body.idempotency_key,
+            created_by=who.name[: limits.MAX_ACTOR_LEN],
+        )
+    except ValidationError as exc:
+        raise PayloadInvalid(field_errors(exc, ("body", "payload"))) from None
+    except ValueError as exc:
+        raise PayloadInvalid([FieldError(loc=["body", "payload"], msg=str(exc), type="payload")]) from None
+    job_id, created = app.submit(req)
     if created:
-        instruments().enqueued.add(1, {"queue": req.queue, "type": req.type})
         publish("job.updated", who, id=job_id, queue=req.queue, type=req.type, status="Pending", action="enqueued")
     else:
         response.status_code = 200

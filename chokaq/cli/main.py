@@ -16,7 +16,6 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from chokaq.cli.loading import load_app
 from chokaq.domain.errors import ChokaQError, ConfigurationError, JobValidationError
-from chokaq.domain.models import EnqueueRequest
 from chokaq.runtime.app import ChokaQ
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -211,21 +210,16 @@ def enqueue(
     created_by: str | None,
 ) -> None:
     """Enqueue a job and print its id."""
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise JobValidationError(f"payload is not valid JSON: {exc}") from None
     app = c.app
-    handler = app.handlers.get(job_type)
-    req = EnqueueRequest(
-        type=job_type,
-        payload=payload,
-        queue=queue or (handler.queue if handler else "default"),
-        priority=priority,
-        delay_seconds=delay,
-        tags=tags,
-        idempotency_key=idempotency_key,
-        created_by=created_by,
+    req = app.prepare(
+        job_type, data, queue=queue, priority=priority, delay=delay, tags=tags,
+        idempotency_key=idempotency_key, created_by=created_by,
     )
-    if handler is not None and handler.payload_model is not None:
-        handler.payload_model.model_validate_json(req.payload)
-    job_id, _ = app.storage.enqueue(req)
+    job_id, _ = app.submit(req)
     click.echo(job_id)
 
 

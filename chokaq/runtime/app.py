@@ -136,6 +136,41 @@ class ChokaQ:
 
         return register
 
+    def prepare(
+        self,
+        type: str,
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        priority: int = limits.DEFAULT_PRIORITY,
+        delay: float = 0.0,
+        tags: str | None = None,
+        idempotency_key: str | None = None,
+        created_by: str | None = None,
+    ) -> EnqueueRequest:
+        """Validate a job at the edge: the handler's payload model (pydantic ``ValidationError``),
+        JSON, size and field limits. Nothing is stored."""
+        handler = self.handlers.get(type)
+        if handler is not None and handler.payload_model is not None and not isinstance(payload, BaseModel):
+            payload = handler.payload_model.model_validate(payload if payload is not None else {})
+        return EnqueueRequest(
+            type=type,
+            payload=encode_payload({} if payload is None else payload),
+            queue=queue or (handler.queue if handler else "default"),
+            priority=priority,
+            delay_seconds=delay,
+            tags=tags,
+            idempotency_key=idempotency_key,
+            created_by=created_by,
+        )
+
+    def submit(self, req: EnqueueRequest, *, conn: Connection | None = None) -> tuple[str, bool]:
+        """Store a prepared job. Returns ``(id, created)``; see :meth:`enqueue`."""
+        job_id, created = self.storage.enqueue(req, conn=conn)
+        if created:
+            instruments().enqueued.add(1, {"queue": req.queue, "type": req.type})
+        return job_id, created
+
     def enqueue(
         self,
         type: str,
@@ -154,23 +189,11 @@ class ChokaQ:
         A registered handler's payload model validates the payload here, before it is stored.
         Pass ``conn`` to store the job inside your own transaction.
         """
-        handler = self.handlers.get(type)
-        if handler is not None and handler.payload_model is not None and not isinstance(payload, BaseModel):
-            payload = handler.payload_model.model_validate(payload if payload is not None else {})
-        req = EnqueueRequest(
-            type=type,
-            payload=encode_payload({} if payload is None else payload),
-            queue=queue or (handler.queue if handler else "default"),
-            priority=priority,
-            delay_seconds=delay,
-            tags=tags,
-            idempotency_key=idempotency_key,
-            created_by=created_by,
+        req = self.prepare(
+            type, payload, queue=queue, priority=priority, delay=delay, tags=tags,
+            idempotency_key=idempotency_key, created_by=created_by,
         )
-        job_id, created = self.storage.enqueue(req, conn=conn)
-        if created:
-            instruments().enqueued.add(1, {"queue": req.queue, "type": req.type})
-        return job_id
+        return self.submit(req, conn=conn)[0]
 
     def sweep(self) -> SweepResult:
         from chokaq.runtime.sweeper import run_sweep

@@ -298,14 +298,11 @@ class AdminStore:
                         edit: JobEdit | None = None) -> list[dict[str, Any]]:
         def shape(r: dict[str, Any]) -> dict[str, Any]:
             return {
-                "Id": r["Id"], "Queue": r["Queue"], "Type": r["Type"],
                 "Payload": edit.payload if edit and edit.payload is not None else r["Payload"],
                 "Tags": edit.tags if edit and edit.tags is not None else r["Tags"],
-                "IdempotencyKey": None,
                 "Priority": edit.priority if edit and edit.priority is not None else limits.DEFAULT_PRIORITY,
-                "Status": PENDING, "AttemptCount": 0, "WorkerId": None, "HeartbeatUtc": None,
-                "StartedAtUtc": None, "CreatedAtUtc": r["CreatedAtUtc"], "CreatedBy": r["CreatedBy"],
-                "LastModifiedBy": actor.name, "ZombieRetry": False,
+                "IdempotencyKey": None, "Status": PENDING, "AttemptCount": 0, "WorkerId": None,
+                "HeartbeatUtc": None, "StartedAtUtc": None, "LastModifiedBy": actor.name, "ZombieRetry": False,
             }
 
         rows = self.s.move_rows(c, jobs_dlq, where, jobs_hot, shape,

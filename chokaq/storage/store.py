@@ -468,17 +468,22 @@ class Storage:
         source: Table,
         where: ColumnElement[bool],
         target: Table,
-        shape: Callable[[dict[str, Any]], dict[str, Any]],
+        changes: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         stamps: dict[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
-        """Delete matching rows from ``source`` and insert them, reshaped, into ``target``.
+        """Delete matching rows from ``source`` and insert them into ``target``: the columns both
+        tables have are copied, ``changes(row)`` overrides some, ``stamps`` are SQL expressions.
 
         DELETE ... RETURNING (OUTPUT DELETED.* on SQL Server) hands back exactly the rows this
         transaction removed, so a row that another transaction moved first is never copied.
         """
         rows = [dict(r._mapping) for r in c.execute(delete(source).where(where).returning(*source.c)).all()]
         if rows:
-            c.execute(insert(target).values(**(stamps or {})), [shape(r) for r in rows])
+            shared = [col.name for col in target.c if col.name in source.c and col.name not in (stamps or {})]
+            c.execute(
+                insert(target).values(**(stamps or {})),
+                [{**{k: r[k] for k in shared}, **(changes(r) if changes else {})} for r in rows],
+            )
         return rows
 
     def complete(self, worker_id: str, done: Sequence[Completion]) -> set[str]:
@@ -488,20 +493,7 @@ class Storage:
         durations = {d.lease.job_id: d.duration_ms for d in done}
 
         def shape(r: dict[str, Any]) -> dict[str, Any]:
-            return {
-                "Id": r["Id"],
-                "Queue": r["Queue"],
-                "Type": r["Type"],
-                "Payload": r["Payload"],
-                "Tags": r["Tags"],
-                "AttemptCount": r["AttemptCount"],
-                "WorkerId": r["WorkerId"],
-                "CreatedBy": r["CreatedBy"],
-                "LastModifiedBy": r["LastModifiedBy"],
-                "CreatedAtUtc": r["CreatedAtUtc"],
-                "StartedAtUtc": r["StartedAtUtc"],
-                "DurationMs": durations.get(r["Id"]),
-            }
+            return {"DurationMs": durations.get(r["Id"])}
 
         def work(c: Connection) -> set[str]:
             where = and_(
@@ -517,23 +509,11 @@ class Storage:
     def dlq_shape(
         reason: FailureReason, details: str | None, actor: str | None = None
     ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """What a job gets on its way into the DLQ."""
+
         def shape(r: dict[str, Any]) -> dict[str, Any]:
-            return {
-                "Id": r["Id"],
-                "Queue": r["Queue"],
-                "Type": r["Type"],
-                "Payload": r["Payload"],
-                "Tags": r["Tags"],
-                "FailureReason": int(reason),
-                "ErrorDetails": details,
-                "AttemptCount": r["AttemptCount"],
-                "WorkerId": r["WorkerId"],
-                "CreatedBy": r["CreatedBy"],
-                "LastModifiedBy": actor if actor is not None else r["LastModifiedBy"],
-                "CreatedAtUtc": r["CreatedAtUtc"],
-                "HeartbeatUtc": r["HeartbeatUtc"],
-                "StartedAtUtc": r["StartedAtUtc"],
-            }
+            extra = {"FailureReason": int(reason), "ErrorDetails": details}
+            return {**extra, "LastModifiedBy": actor} if actor is not None else extra
 
         return shape
 
@@ -628,20 +608,15 @@ class Storage:
                 .returning(jobs_hot.c.Queue)
             ).all()
             self.bump_stats(c, "RetriedTotal", Counter(r[0] for r in retried))
-            rows = [dict(r._mapping) for r in c.execute(delete(jobs_hot).where(expired).returning(*jobs_hot.c)).all()]
-            if rows:
-                c.execute(
-                    insert(jobs_dlq).values(FailedAtUtc=utcnow()),
-                    [
-                        self.dlq_shape(
-                            FailureReason.ZOMBIE,
-                            "Zombie detected: heartbeat expired "
-                            f"(last heartbeat {r['HeartbeatUtc']} UTC, worker {r['WorkerId']}, "
-                            f"attempt {r['AttemptCount']})",
-                        )(r)
-                        for r in rows
-                    ],
-                )
+
+            def zombie(r: dict[str, Any]) -> dict[str, Any]:
+                return {
+                    "FailureReason": int(FailureReason.ZOMBIE),
+                    "ErrorDetails": "Zombie detected: heartbeat expired "
+                    f"(last heartbeat {r['HeartbeatUtc']} UTC, worker {r['WorkerId']}, attempt {r['AttemptCount']})",
+                }
+
+            rows = self.move_rows(c, jobs_hot, expired, jobs_dlq, zombie, {"FailedAtUtc": utcnow()})
             self.bump_stats(c, "FailedTotal", Counter(r["Queue"] for r in rows))
             return len(rows), [r["Id"] for r in rows], len(retried)
 
