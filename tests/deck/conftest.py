@@ -52,7 +52,9 @@ def require_browser() -> None:
     pytest.skip(problem + "; install chromium (apt-get install chromium) or set CHOKAQ_TEST_CHROMIUM")
 
 
-@pytest.fixture(scope="session")
+# Module scope: a live sync_playwright keeps an event loop running in the main thread, which
+# would break asyncio.run() in tests that come after this module.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     require_browser()
     from playwright.sync_api import sync_playwright
