@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -63,6 +64,38 @@ def status_is(column: ColumnElement[Any], status: int) -> ColumnElement[bool]:
 
 def status_in(column: ColumnElement[Any], *statuses: int) -> ColumnElement[bool]:
     return column.in_([literal_column(str(int(s))) for s in statuses])
+
+
+@functools.lru_cache(maxsize=256)
+def _claim_statement(by_queue: bool, limited: bool, limit: int) -> Any:
+    """The claim UPDATE, built once per shape (building it per call costs more than running it)."""
+    cand_t = jobs_hot.alias("cand")
+    cand = select(cand_t.c.Id).where(status_is(cand_t.c.Status, PENDING), cand_t.c.ScheduledAtUtc <= utcnow())
+    if by_queue:
+        cand = cand.where(cand_t.c.Queue.in_(bindparam("claim_queues", expanding=True)))
+    blocked = queues.c.IsPaused == true()
+    if not limited:
+        blocked = or_(blocked, queues.c.MaxWorkers.isnot(None))
+    # NOT IN an uncorrelated subquery: the database evaluates it once (a hashed subplan) and
+    # still walks the fetch index in claim order, stopping after ``limit`` rows. A correlated
+    # NOT EXISTS becomes an anti-join that sorts every Pending row instead.
+    cand = cand.where(cand_t.c.Queue.not_in(select(queues.c.Name).where(blocked)))
+    cand = claim_lock(
+        # A plain int: SQL Server renders it as TOP (a bind parameter would become ROW_NUMBER()).
+        cand.order_by(cand_t.c.Priority.desc(), cand_t.c.ScheduledAtUtc, cand_t.c.CreatedAtUtc).limit(limit),
+        cand_t,
+    )
+    # A materialised CTE: as a plain IN-subquery PostgreSQL may re-run the LIMIT once per outer
+    # row (a nested-loop semi-join) and claim more than ``limit`` rows. The outer UPDATE goes by
+    # Id alone: the CTE holds the row locks, and a Status filter here would tempt the planner
+    # to scan the whole Pending index for every claim.
+    chosen = cand.cte("claim").prefix_with("MATERIALIZED", dialect="postgresql")
+    return (
+        update(jobs_hot)
+        .where(jobs_hot.c.Id.in_(select(chosen.c.Id)))
+        .values(Status=FETCHED, WorkerId=bindparam("claim_worker"), LastUpdatedUtc=utcnow())
+        .returning(*jobs_hot.c)
+    )
 
 
 def new_job_id() -> str:
@@ -326,33 +359,11 @@ class Storage:
     ) -> list[JobRecord]:
         if limit <= 0:
             return []
-        cand_t = jobs_hot.alias("cand")
-        cand = select(cand_t.c.Id).where(status_is(cand_t.c.Status, PENDING), cand_t.c.ScheduledAtUtc <= utcnow())
+        params: dict[str, Any] = {"claim_worker": worker_id}
         if queue_names:
-            cand = cand.where(cand_t.c.Queue.in_(list(queue_names)))
-        blocked = queues.c.IsPaused == true()
-        if not limited:
-            blocked = or_(blocked, queues.c.MaxWorkers.isnot(None))
-        # NOT IN an uncorrelated subquery: the database evaluates it once (a hashed subplan) and
-        # still walks the fetch index in claim order, stopping after ``limit`` rows. A correlated
-        # NOT EXISTS becomes an anti-join that sorts every Pending row instead.
-        cand = cand.where(cand_t.c.Queue.not_in(select(queues.c.Name).where(blocked)))
-        cand = claim_lock(
-            cand.order_by(cand_t.c.Priority.desc(), cand_t.c.ScheduledAtUtc, cand_t.c.CreatedAtUtc).limit(limit),
-            cand_t,
-        )
-        # A materialised CTE: as a plain IN-subquery PostgreSQL may re-run the LIMIT once per outer
-        # row (a nested-loop semi-join) and claim more than ``limit`` rows. The outer UPDATE goes by
-        # Id alone: the CTE holds the row locks, and a Status filter here would tempt the planner
-        # to scan the whole Pending index for every claim.
-        chosen = cand.cte("claim").prefix_with("MATERIALIZED", dialect="postgresql")
-        stmt = (
-            update(jobs_hot)
-            .where(jobs_hot.c.Id.in_(select(chosen.c.Id)))
-            .values(Status=FETCHED, WorkerId=worker_id, LastUpdatedUtc=utcnow())
-            .returning(*jobs_hot.c)
-        )
-        return [hot_record(r) for r in conn.execute(stmt).all()]
+            params["claim_queues"] = list(queue_names)
+        stmt = _claim_statement(bool(queue_names), limited, limit)
+        return [hot_record(r) for r in conn.execute(stmt, params).all()]
 
     def _limited_queues(self) -> list[str]:
         """Queues with MaxWorkers, re-read at most every second: the list only decides which
