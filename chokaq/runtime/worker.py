@@ -342,7 +342,9 @@ class Worker:
             run.thread = self._job_pool.submit(contextvars.copy_context().run, handler.fn, *args)
             aw = asyncio.wrap_future(run.thread)
         try:
-            await asyncio.wait_for(aw, timeout)
+            # asyncio.timeout, not wait_for: wait_for wraps every job in a second task.
+            async with asyncio.timeout(timeout):
+                await aw
         except TimeoutError:
             ctx.cancel(CANCEL_TIMEOUT)  # a thread cannot be killed; cooperative handlers stop
             raise

@@ -119,7 +119,7 @@ resource worker 'Microsoft.App/containerApps@2025-01-01' = {
         {
           name: 'worker'
           image: image
-          // --app is an option of the chokaq command group, so it comes before the sub-command.
+          // `chokaq --app <module:app> worker`: --app is accepted before or after the sub-command.
           command: [
             'chokaq'
           ]
