@@ -149,6 +149,12 @@ class Worker:
                 self._loop.add_signal_handler(sig, self._begin_stop)
         instruments().workers_active.add(1)
         listener = self._start_listener()
+        loop = self._loop
+
+        def wake_soon() -> None:
+            loop.call_soon_threadsafe(self._poke)
+
+        unsubscribe = self.storage.on_enqueue(wake_soon)
         sweeper_stop = threading.Event()
         sweeper = None
         if self.with_sweep:
@@ -174,6 +180,7 @@ class Worker:
             heartbeat.cancel()
             finalizer.cancel()
             await asyncio.gather(heartbeat, finalizer, return_exceptions=True)
+            unsubscribe()
             if listener is not None:
                 listener.set()
             sweeper_stop.set()

@@ -330,7 +330,9 @@ class AdminStore:
             Storage._notify(c, rows[0]["Queue"])
             return hot_record(c.execute(select(jobs_hot).where(jobs_hot.c.Id == job_id)).one())
 
-        return self.s.write(work, op="resurrect")
+        record = self.s.write(work, op="resurrect")
+        self.s.announce()
+        return record
 
     def _match_ids(self, c: Connection, f: JobFilter, max_jobs: int, location: Location) -> tuple[int, list[str]]:
         t = TABLES[location]
@@ -369,7 +371,10 @@ class AdminStore:
             skipped = [i for i in (ids or chosen) if i not in moved_set]
             return BulkResult(matched, len(moved), moved[:SAMPLE_IDS], skipped_ids=skipped)
 
-        return self.s.write(work, op=action)
+        result = self.s.write(work, op=action)
+        if result.affected and action == "dlq.resurrect":
+            self.s.announce()
+        return result
 
     def resurrect_many(self, actor: Actor, *, ids: Sequence[str] | None = None, f: JobFilter | None = None,
                        max_jobs: int = limits.DEFAULT_BULK_MAX_JOBS, dry_run: bool = False) -> BulkResult:

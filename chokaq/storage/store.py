@@ -135,6 +135,9 @@ class Storage:
         self._limited_cache: tuple[float, list[str]] = (0.0, [])
         # Test hook: called with the operation name before each transaction attempt.
         self.fault_injector: Callable[[str], None] | None = None
+        # Same-process wake-ups (SQLite, or any database before NOTIFY arrives): workers in this
+        # process start new work at once instead of at their next poll.
+        self._enqueue_listeners: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------ transactions
     def close(self) -> None:
@@ -180,6 +183,15 @@ class Storage:
                 )
                 time.sleep(delay)
         raise AssertionError("unreachable")
+
+    def on_enqueue(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` after this process commits new Pending work. Returns an unsubscriber."""
+        self._enqueue_listeners.append(callback)
+        return lambda: self._enqueue_listeners.remove(callback)
+
+    def announce(self) -> None:
+        for callback in list(self._enqueue_listeners):
+            callback()
 
     def ping(self) -> datetime:
         """Round trip to the database; returns its UTC clock."""
@@ -303,7 +315,9 @@ class Storage:
 
         if conn is not None:
             return work(self.bind(conn))
-        return self.write(work, op="enqueue")
+        result = self.write(work, op="enqueue")
+        self.announce()
+        return result
 
     def enqueue_many(self, reqs: Sequence[EnqueueRequest]) -> list[str]:
         """Bulk insert in one transaction. Jobs with idempotency keys go one by one."""
@@ -345,7 +359,9 @@ class Storage:
                 self._notify(c, q)
             return out
 
-        return self.write(work, op="enqueue_many")
+        result = self.write(work, op="enqueue_many")
+        self.announce()
+        return result
 
     # ------------------------------------------------------------------ fetch and start
     def _claim(

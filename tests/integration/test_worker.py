@@ -291,3 +291,21 @@ def test_a_resurrected_zombie_is_not_run_beside_its_old_run(db_url: str, run_wor
     # The first run's late success was refused by the fence; the second one archived the job.
     assert metric_total("chokaq.jobs.state_transition_conflicts", transition="complete") - before == 1
     assert totals(app.storage) == (1, 0, 0)
+
+
+def test_new_work_wakes_an_idle_worker_before_its_next_poll(db_url: str, run_worker: Any) -> None:
+    # A poll interval far beyond the test's patience: only a wake-up (same-process announcement,
+    # or LISTEN/NOTIFY on PostgreSQL) can start the job in time.
+    app = make_app(db_url, storage={"polling_interval": 300})
+    done = threading.Event()
+
+    @app.job("ping")
+    async def ping(payload: dict[str, Any]) -> None:
+        done.set()
+
+    w = run_worker(app)
+    wait_for(lambda: w.worker.stats is not None and w.thread.is_alive())
+    time.sleep(0.2)  # let the worker finish its first (empty) fetch and go idle
+    app.enqueue("ping", {})
+    assert done.wait(20), "the idle worker was not woken by the enqueue"
+    w.stop()
