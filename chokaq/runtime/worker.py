@@ -104,7 +104,7 @@ class Worker:
         self._job_pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="chokaq-job")
         self._hb_failures = 0
         self._zombie_retry_types = {h.name for h in app.handlers.values() if h.retry_zombies}
-        self.stats = {"started": 0, "succeeded": 0, "failed": 0, "retried": 0, "conflicts": 0}
+        self.stats = {"fetches": 0, "started": 0, "succeeded": 0, "failed": 0, "retried": 0, "conflicts": 0}
 
     # ------------------------------------------------------------------ plumbing
     async def _db(self, fn: Callable[..., T], *args: Any) -> T:
@@ -225,6 +225,7 @@ class Worker:
             self._wake.clear()
             try:
                 jobs = await self._db(self.storage.fetch, self.id, min(self.batch, room), self.queues)
+                self.stats["fetches"] += 1
             except Exception:
                 log.exception("fetch failed; retrying in %.1fs", poll)
                 jobs = []

@@ -304,8 +304,7 @@ def test_new_work_wakes_an_idle_worker_before_its_next_poll(db_url: str, run_wor
         done.set()
 
     w = run_worker(app)
-    wait_for(lambda: w.worker.stats is not None and w.thread.is_alive())
-    time.sleep(0.2)  # let the worker finish its first (empty) fetch and go idle
+    wait_for(lambda: w.worker.stats["fetches"] >= 1)  # its first fetch found nothing: now it idles
     app.enqueue("ping", {})
     assert done.wait(20), "the idle worker was not woken by the enqueue"
     w.stop()
