@@ -33,9 +33,30 @@ scripts: $(STAMP)
 	$(VENV)/bin/chokaq db script --dialect postgresql > sql/postgres/001_initial.sql
 	$(VENV)/bin/chokaq db script --dialect mssql > sql/sqlserver/001_initial.sql
 
-## Benchmarks (not run by CI): chokaq here, peers in their own venv
-bench: $(STAMP)
-	$(PY) benchmarks/throughput.py
+## Benchmarks (not run by CI): chokaq here, peers in their own venv (.venv-bench, never a runtime dep)
+BENCH_VENV ?= .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
+BENCH_ARGS ?=
+.PHONY: bench-peers bench-costs
+
+$(BENCH_STAMP): benchmarks/requirements-bench.txt
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q -r benchmarks/requirements-bench.txt
+	touch $(BENCH_STAMP)
+
+## chokaq (PostgreSQL + SQLite) vs pgqueuer vs procrastinate + database baseline, one table
+bench: $(STAMP) $(BENCH_STAMP)
+	$(PY) benchmarks/compare.py --bench-python $(BENCH_VENV)/bin/python $(BENCH_ARGS)
+
+## the peers alone, in their venv
+bench-peers: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python benchmarks/peers/db_baseline.py
+	$(BENCH_VENV)/bin/python benchmarks/peers/pgqueuer_bench.py
+	$(BENCH_VENV)/bin/python benchmarks/peers/procrastinate_bench.py
+
+## costs that must stay flat: sweep, fetch, DLQ paging/preview at 1k/100k/1M rows; heartbeats
+bench-costs: $(STAMP)
+	$(PY) benchmarks/costs.py all $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache chokaq-dev.db*
