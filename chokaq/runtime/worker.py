@@ -103,6 +103,10 @@ class Worker:
         # Plain handlers get their own threads so they can never starve heartbeats or DB calls.
         self._job_pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="chokaq-job")
         self._hb_failures = 0
+        self._listening = threading.Event()  # LISTEN/NOTIFY is up: idle polls can be rarer
+        # Refill the buffer when less than one round of work is left, so a worker does not sit on
+        # up to Execution.Prefetch reserved jobs while other workers idle.
+        self.lookahead = min(self.prefetch, max(self.batch, self.concurrency))
         self._zombie_retry_types = {h.name for h in app.handlers.values() if h.retry_zombies}
         self.stats = {"fetches": 0, "started": 0, "succeeded": 0, "failed": 0, "retried": 0, "conflicts": 0}
 
@@ -203,7 +207,7 @@ class Worker:
             loop.call_soon_threadsafe(self._poke)
 
         threading.Thread(
-            target=listen, args=(self.storage.url, on_notify, stop), daemon=True, name="chokaq-listen"
+            target=listen, args=(self.storage.url, on_notify, stop, self._listening), daemon=True, name="chokaq-listen"
         ).start()
         return stop
 
@@ -215,13 +219,14 @@ class Worker:
         await asyncio.gather(fetcher, starter)
 
     async def _fetch_loop(self) -> None:
-        poll = self.settings.storage.polling_interval
+        storage = self.settings.storage
         while not self._stopping:
-            room = self.prefetch - len(self.buffer)
-            if room <= 0:
+            poll = storage.idle_polling_interval if self._listening.is_set() else storage.polling_interval
+            if len(self.buffer) >= self.lookahead:
                 self._room.clear()
                 await self._room.wait()
                 continue
+            room = self.prefetch - len(self.buffer)
             self._wake.clear()
             try:
                 jobs = await self._db(self.storage.fetch, self.id, min(self.batch, room), self.queues)

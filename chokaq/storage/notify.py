@@ -13,9 +13,10 @@ from chokaq.storage.store import NOTIFY_CHANNEL
 log = logging.getLogger("chokaq.notify")
 
 
-def listen(url: str, on_notify: Callable[[], None], stop: threading.Event) -> None:
-    """Block until ``stop``, calling ``on_notify`` for each notification. Reconnects on errors;
-    polling keeps working meanwhile, so a lost listener only costs latency."""
+def listen(url: str, on_notify: Callable[[], None], stop: threading.Event, listening: threading.Event) -> None:
+    """Block until ``stop``, calling ``on_notify`` for each notification; ``listening`` is set while
+    the LISTEN connection is up. Reconnects on errors; polling keeps working meanwhile, so a lost
+    listener only costs latency."""
     import psycopg  # lazy: the PostgreSQL driver is optional
 
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
@@ -23,9 +24,12 @@ def listen(url: str, on_notify: Callable[[], None], stop: threading.Event) -> No
         try:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                listening.set()
+                on_notify()  # anything enqueued while we were not listening
                 while not stop.is_set():
                     for _ in conn.notifies(timeout=0.5):
                         on_notify()
         except Exception as exc:
+            listening.clear()
             log.warning("LISTEN connection lost (%s); reconnecting in 1s", exc)
             stop.wait(1.0)
