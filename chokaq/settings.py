@@ -90,7 +90,6 @@ class AdminSettings(BaseModel):
     )
     trust_app_service_auth: bool = False
     app_service_role_claim: str = "roles"
-    open: bool = Field(default=False, description="allow anonymous admin access (chokaq dev on loopback only)")
     event_poll_interval: float = Field(default=2.0, gt=0)
 
 

@@ -113,3 +113,11 @@ def test_funcignore_ships_the_package_not_the_tests() -> None:
         assert not _ignored(kept, patterns), kept
     for dropped in ("tests/conftest.py", ".venv/bin/python", "local.settings.json", ".git/HEAD", "chokaq.db"):
         assert _ignored(dropped, patterns), dropped
+
+
+def test_local_settings_example_lists_every_setting() -> None:
+    from chokaq.settings import LEGACY_ALIASES, setting_env_names
+
+    values = json.loads((ROOT / "local.settings.example.json").read_text())["Values"]
+    missing = [n for n in setting_env_names() if n not in values and n not in LEGACY_ALIASES]
+    assert not missing, f"add these to local.settings.example.json: {missing}"
