@@ -87,9 +87,6 @@ class ChokaQ:
                 self._storage = Storage(self.settings.storage_url, settings=self.settings.storage)
             return self._storage
 
-    def use_storage(self, storage: Storage) -> None:
-        self._storage = storage
-
     def close(self) -> None:
         if self._storage is not None:
             self._storage.close()
@@ -190,8 +187,14 @@ class ChokaQ:
         Pass ``conn`` to store the job inside your own transaction.
         """
         req = self.prepare(
-            type, payload, queue=queue, priority=priority, delay=delay, tags=tags,
-            idempotency_key=idempotency_key, created_by=created_by,
+            type,
+            payload,
+            queue=queue,
+            priority=priority,
+            delay=delay,
+            tags=tags,
+            idempotency_key=idempotency_key,
+            created_by=created_by,
         )
         return self.submit(req, conn=conn)[0]
 

@@ -24,13 +24,35 @@ from chokaq.storage.store import PENDING, Storage, status_is
 
 # Sort keys a client may name, per table. Anything else is refused before SQL is built.
 SORTS: dict[Location, dict[str, str]] = {
-    Location.HOT: {"created": "CreatedAtUtc", "scheduled": "ScheduledAtUtc", "priority": "Priority",
-                   "queue": "Queue", "type": "Type", "status": "Status", "attempts": "AttemptCount",
-                   "updated": "LastUpdatedUtc", "id": "Id"},
-    Location.ARCHIVE: {"finished": "FinishedAtUtc", "created": "CreatedAtUtc", "queue": "Queue", "type": "Type",
-                       "duration": "DurationMs", "attempts": "AttemptCount", "id": "Id"},
-    Location.DLQ: {"failed": "FailedAtUtc", "created": "CreatedAtUtc", "queue": "Queue", "type": "Type",
-                   "reason": "FailureReason", "attempts": "AttemptCount", "id": "Id"},
+    Location.HOT: {
+        "created": "CreatedAtUtc",
+        "scheduled": "ScheduledAtUtc",
+        "priority": "Priority",
+        "queue": "Queue",
+        "type": "Type",
+        "status": "Status",
+        "attempts": "AttemptCount",
+        "updated": "LastUpdatedUtc",
+        "id": "Id",
+    },
+    Location.ARCHIVE: {
+        "finished": "FinishedAtUtc",
+        "created": "CreatedAtUtc",
+        "queue": "Queue",
+        "type": "Type",
+        "duration": "DurationMs",
+        "attempts": "AttemptCount",
+        "id": "Id",
+    },
+    Location.DLQ: {
+        "failed": "FailedAtUtc",
+        "created": "CreatedAtUtc",
+        "queue": "Queue",
+        "type": "Type",
+        "reason": "FailureReason",
+        "attempts": "AttemptCount",
+        "id": "Id",
+    },
 }
 DEFAULT_SORT = {Location.HOT: "created", Location.ARCHIVE: "finished", Location.DLQ: "failed"}
 TIME_COLUMN = {Location.HOT: "CreatedAtUtc", Location.ARCHIVE: "FinishedAtUtc", Location.DLQ: "FailedAtUtc"}
@@ -89,28 +111,30 @@ class JobEdit:
         return self.payload is None and self.tags is None and self.priority is None
 
 
-def _chunks(ids: Sequence[str], size: int = limits.MAX_BULK_IDS) -> list[list[str]]:
-    return [list(ids[i : i + size]) for i in range(0, len(ids), size)]
-
-
 class AdminStore:
     def __init__(self, storage: Storage) -> None:
         self.s = storage
 
     # ------------------------------------------------------------------ audit
     @staticmethod
-    def audit(conn: Connection, actor: Actor, action: str, job_ids: Sequence[str], details: dict[str, Any] | None = None
-              ) -> None:
+    def audit(
+        conn: Connection, actor: Actor, action: str, job_ids: Sequence[str], details: dict[str, Any] | None = None
+    ) -> None:
         conn.execute(
             insert(audit_log).values(
-                AtUtc=utcnow(), Actor=actor.name, Role=actor.role, Action=action,
-                JobIds=json.dumps(list(job_ids)[: limits.MAX_BULK_IDS]), JobCount=len(job_ids),
+                AtUtc=utcnow(),
+                Actor=actor.name,
+                Role=actor.role,
+                Action=action,
+                JobIds=json.dumps(list(job_ids)[: limits.MAX_BULK_IDS]),
+                JobCount=len(job_ids),
                 Details=json.dumps(details, default=str) if details else None,
             )
         )
 
-    def list_audit(self, *, job_id: str | None = None, actor: str | None = None, page: int = 1,
-                   page_size: int = 100) -> tuple[list[dict[str, Any]], int]:
+    def list_audit(
+        self, *, job_id: str | None = None, actor: str | None = None, page: int = 1, page_size: int = 100
+    ) -> tuple[list[dict[str, Any]], int]:
         conds: list[ColumnElement[bool]] = []
         if job_id:
             conds.append(audit_log.c.JobIds.contains(json.dumps(job_id), autoescape=True))
@@ -120,13 +144,21 @@ class AdminStore:
         def work(c: Connection) -> tuple[list[dict[str, Any]], int]:
             total = c.execute(select(func.count()).select_from(audit_log).where(*conds)).scalar_one()
             rows = c.execute(
-                select(audit_log).where(*conds).order_by(audit_log.c.Id.desc())
-                .offset((page - 1) * page_size).limit(page_size)
+                select(audit_log)
+                .where(*conds)
+                .order_by(audit_log.c.Id.desc())
+                .offset((page - 1) * page_size)
+                .limit(page_size)
             ).all()
             out = [
                 {
-                    "id": r.Id, "at_utc": r.AtUtc, "actor": r.Actor, "role": r.Role, "action": r.Action,
-                    "job_ids": json.loads(r.JobIds) if r.JobIds else [], "job_count": r.JobCount,
+                    "id": r.Id,
+                    "at_utc": r.AtUtc,
+                    "actor": r.Actor,
+                    "role": r.Role,
+                    "action": r.Action,
+                    "job_ids": json.loads(r.JobIds) if r.JobIds else [],
+                    "job_count": r.JobCount,
                     "details": json.loads(r.Details) if r.Details else None,
                 }
                 for r in rows
@@ -162,8 +194,16 @@ class AdminStore:
             conds.append(or_(*(col.icontains(f.search, autoescape=True) for col in fields)))
         return conds
 
-    def list_jobs(self, location: Location, f: JobFilter, *, sort: str | None = None, descending: bool = True,
-                  page: int = 1, page_size: int = 100) -> Page:
+    def list_jobs(
+        self,
+        location: Location,
+        f: JobFilter,
+        *,
+        sort: str | None = None,
+        descending: bool = True,
+        page: int = 1,
+        page_size: int = 100,
+    ) -> Page:
         sorts = SORTS[location]
         key = sort or DEFAULT_SORT[location]
         if key not in sorts:
@@ -189,14 +229,25 @@ class AdminStore:
     def top_errors(self, limit: int = 10) -> list[dict[str, Any]]:
         def work(c: Connection) -> list[dict[str, Any]]:
             rows = c.execute(
-                select(jobs_dlq.c.Type, jobs_dlq.c.FailureReason, func.count().label("n"),
-                       func.max(jobs_dlq.c.FailedAtUtc).label("last"), func.max(jobs_dlq.c.Id).label("sample"))
+                select(
+                    jobs_dlq.c.Type,
+                    jobs_dlq.c.FailureReason,
+                    func.count().label("n"),
+                    func.max(jobs_dlq.c.FailedAtUtc).label("last"),
+                    func.max(jobs_dlq.c.Id).label("sample"),
+                )
                 .group_by(jobs_dlq.c.Type, jobs_dlq.c.FailureReason)
-                .order_by(func.count().desc()).limit(limit)
+                .order_by(func.count().desc())
+                .limit(limit)
             ).all()
             return [
-                {"type": r.Type, "failure_reason": FailureReason(r.FailureReason).label, "count": int(r.n),
-                 "last_failed_utc": r.last, "sample_id": r.sample}
+                {
+                    "type": r.Type,
+                    "failure_reason": FailureReason(r.FailureReason).label,
+                    "count": int(r.n),
+                    "last_failed_utc": r.last,
+                    "sample_id": r.sample,
+                }
                 for r in rows
             ]
 
@@ -209,10 +260,12 @@ class AdminStore:
             out: dict[str, dict[str, int]] = {}
             for m in minutes:
                 since = utc_offset(literal(-60.0 * m))
-                done = c.execute(select(func.count()).select_from(jobs_archive)
-                                 .where(jobs_archive.c.FinishedAtUtc >= since)).scalar_one()
-                dead = c.execute(select(func.count()).select_from(jobs_dlq)
-                                 .where(jobs_dlq.c.FailedAtUtc >= since)).scalar_one()
+                done = c.execute(
+                    select(func.count()).select_from(jobs_archive).where(jobs_archive.c.FinishedAtUtc >= since)
+                ).scalar_one()
+                dead = c.execute(
+                    select(func.count()).select_from(jobs_dlq).where(jobs_dlq.c.FailedAtUtc >= since)
+                ).scalar_one()
                 out[f"{m}m"] = {"succeeded": int(done), "failed": int(dead)}
             return out
 
@@ -237,8 +290,9 @@ class AdminStore:
                 )
             values = self._edit_values(edit, actor)
             values["LastUpdatedUtc"] = utcnow()
-            res = c.execute(update(jobs_hot).where(jobs_hot.c.Id == job_id, status_is(jobs_hot.c.Status, PENDING))
-                            .values(**values))
+            res = c.execute(
+                update(jobs_hot).where(jobs_hot.c.Id == job_id, status_is(jobs_hot.c.Status, PENDING)).values(**values)
+            )
             if res.rowcount != 1:
                 raise ConflictError(f"job {job_id} was taken by a worker while it was being edited")
             self.audit(c, actor, "job.edit", [job_id], self._diff(before, edit))
@@ -294,19 +348,27 @@ class AdminStore:
         raise NotFoundError(f"no job {job_id!r} in {expected.value}")
 
     # ------------------------------------------------------------------ resurrect
-    def _resurrect_rows(self, c: Connection, where: ColumnElement[bool], actor: Actor,
-                        edit: JobEdit | None = None) -> list[dict[str, Any]]:
+    def _resurrect_rows(
+        self, c: Connection, where: ColumnElement[bool], actor: Actor, edit: JobEdit | None = None
+    ) -> list[dict[str, Any]]:
         def shape(r: dict[str, Any]) -> dict[str, Any]:
             return {
                 "Payload": edit.payload if edit and edit.payload is not None else r["Payload"],
                 "Tags": edit.tags if edit and edit.tags is not None else r["Tags"],
                 "Priority": edit.priority if edit and edit.priority is not None else limits.DEFAULT_PRIORITY,
-                "IdempotencyKey": None, "Status": PENDING, "AttemptCount": 0, "WorkerId": None,
-                "HeartbeatUtc": None, "StartedAtUtc": None, "LastModifiedBy": actor.name, "ZombieRetry": False,
+                "IdempotencyKey": None,
+                "Status": PENDING,
+                "AttemptCount": 0,
+                "WorkerId": None,
+                "HeartbeatUtc": None,
+                "StartedAtUtc": None,
+                "LastModifiedBy": actor.name,
+                "ZombieRetry": False,
             }
 
-        rows = self.s.move_rows(c, jobs_dlq, where, jobs_hot, shape,
-                                {"ScheduledAtUtc": utcnow(), "LastUpdatedUtc": utcnow()})
+        rows = self.s.move_rows(
+            c, jobs_dlq, where, jobs_hot, shape, {"ScheduledAtUtc": utcnow(), "LastUpdatedUtc": utcnow()}
+        )
         self.s.bump_stats(c, "FailedTotal", Counter(r["Queue"] for r in rows), sign=-1)
         for q in {r["Queue"] for r in rows}:
             self.s.ensure_queue(c, q)
@@ -342,8 +404,16 @@ class AdminStore:
         q: Select[Any] = select(t.c.Id).where(*conds).order_by(time_col, t.c.Id).limit(max_jobs)
         return int(total), [r[0] for r in c.execute(q).all()]
 
-    def _bulk(self, action: str, ids: Sequence[str] | None, f: JobFilter | None, max_jobs: int, actor: Actor,
-              dry_run: bool, mover: Any) -> BulkResult:
+    def _bulk(
+        self,
+        action: str,
+        ids: Sequence[str] | None,
+        f: JobFilter | None,
+        max_jobs: int,
+        actor: Actor,
+        dry_run: bool,
+        mover: Any,
+    ) -> BulkResult:
         if (ids is None) == (f is None):
             raise JobValidationError("give either ids or a filter")
         if ids is not None:
@@ -376,22 +446,36 @@ class AdminStore:
             self.s.announce()
         return result
 
-    def resurrect_many(self, actor: Actor, *, ids: Sequence[str] | None = None, f: JobFilter | None = None,
-                       max_jobs: int = limits.DEFAULT_BULK_MAX_JOBS, dry_run: bool = False) -> BulkResult:
+    def resurrect_many(
+        self,
+        actor: Actor,
+        *,
+        ids: Sequence[str] | None = None,
+        f: JobFilter | None = None,
+        max_jobs: int = limits.DEFAULT_BULK_MAX_JOBS,
+        dry_run: bool = False,
+    ) -> BulkResult:
         def mover(c: Connection, where: ColumnElement[bool]) -> list[str]:
             rows = self._resurrect_rows(c, where, actor)
             return [r["Id"] for r in rows]
 
-        return self._bulk("dlq.resurrect", ids, f, max_jobs if ids is None else limits.MAX_BULK_IDS, actor,
-                          dry_run, mover)
+        return self._bulk(
+            "dlq.resurrect", ids, f, max_jobs if ids is None else limits.MAX_BULK_IDS, actor, dry_run, mover
+        )
 
-    def purge_dlq(self, actor: Actor, *, ids: Sequence[str] | None = None, f: JobFilter | None = None,
-                  max_jobs: int = limits.DEFAULT_BULK_MAX_JOBS, dry_run: bool = False) -> BulkResult:
+    def purge_dlq(
+        self,
+        actor: Actor,
+        *,
+        ids: Sequence[str] | None = None,
+        f: JobFilter | None = None,
+        max_jobs: int = limits.DEFAULT_BULK_MAX_JOBS,
+        dry_run: bool = False,
+    ) -> BulkResult:
         def mover(c: Connection, where: ColumnElement[bool]) -> list[str]:
             return [r[0] for r in c.execute(delete(jobs_dlq).where(where).returning(jobs_dlq.c.Id)).all()]
 
-        return self._bulk("dlq.purge", ids, f, max_jobs if ids is None else limits.MAX_BULK_IDS, actor,
-                          dry_run, mover)
+        return self._bulk("dlq.purge", ids, f, max_jobs if ids is None else limits.MAX_BULK_IDS, actor, dry_run, mover)
 
     # ------------------------------------------------------------------ cancel and retention
     def cancel(self, ids: Sequence[str], actor: Actor) -> BulkResult:
@@ -404,7 +488,10 @@ class AdminStore:
 
         def work(c: Connection) -> BulkResult:
             rows = self.s.move_rows(
-                c, jobs_hot, and_(jobs_hot.c.Id.in_(ids), status_is(jobs_hot.c.Status, PENDING)), jobs_dlq,
+                c,
+                jobs_hot,
+                and_(jobs_hot.c.Id.in_(ids), status_is(jobs_hot.c.Status, PENDING)),
+                jobs_dlq,
                 Storage.dlq_shape(FailureReason.CANCELLED, f"Cancelled by {actor.name}", actor.name),
                 {"FailedAtUtc": utcnow()},
             )
@@ -417,26 +504,39 @@ class AdminStore:
 
         return self.s.write(work, op="cancel")
 
-    def purge_archive(self, older_than: datetime, actor: Actor, *, batch_size: int | None = None,
-                      progress: Any = None) -> int:
+    def purge_archive(
+        self, older_than: datetime, actor: Actor, *, batch_size: int | None = None, progress: Any = None
+    ) -> int:
         """Delete archived jobs finished before ``older_than`` in bounded transactions, so retention
         never holds locks or log space for long."""
         size = batch_size or self.s.settings.cleanup_batch_size
         total = 0
         while True:
+
             def work(c: Connection) -> int:
-                chosen = [r[0] for r in c.execute(
-                    select(jobs_archive.c.Id).where(jobs_archive.c.FinishedAtUtc < older_than)
-                    .order_by(jobs_archive.c.FinishedAtUtc).limit(size)
-                ).all()]
+                chosen = [
+                    r[0]
+                    for r in c.execute(
+                        select(jobs_archive.c.Id)
+                        .where(jobs_archive.c.FinishedAtUtc < older_than)
+                        .order_by(jobs_archive.c.FinishedAtUtc)
+                        .limit(size)
+                    ).all()
+                ]
                 if not chosen:
                     return 0
-                res = c.execute(delete(jobs_archive).where(jobs_archive.c.Id.in_(chosen),
-                                                           jobs_archive.c.FinishedAtUtc < older_than))
+                res = c.execute(
+                    delete(jobs_archive).where(jobs_archive.c.Id.in_(chosen), jobs_archive.c.FinishedAtUtc < older_than)
+                )
                 n = int(res.rowcount or 0)
                 if n:
-                    self.audit(c, actor, "archive.purge", [],
-                               {"older_than": older_than.isoformat(), "deleted": n, "batch_size": size})
+                    self.audit(
+                        c,
+                        actor,
+                        "archive.purge",
+                        [],
+                        {"older_than": older_than.isoformat(), "deleted": n, "batch_size": size},
+                    )
                 return n
 
             n = self.s.write(work, op="purge_archive")

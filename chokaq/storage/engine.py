@@ -25,13 +25,6 @@ SQL_COPT_SS_ACCESS_TOKEN = 1256
 AZURE_SQL_SCOPE = "https://database.windows.net/.default"
 
 
-def dialect_of(url: str) -> str:
-    try:
-        return make_url(url).get_backend_name()
-    except ArgumentError as exc:
-        raise ConfigurationError(f"storage URL {url!r} is not a valid database URL: {exc}") from None
-
-
 def build_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Engine:
     """Create the engine for ``url`` with what each database needs to behave as a queue."""
     try:

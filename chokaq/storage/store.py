@@ -35,7 +35,6 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.sql.elements import ColumnElement
 from ulid import ULID
 
-from chokaq.domain.errors import ConfigurationError
 from chokaq.domain.models import EnqueueRequest, JobRecord, Lease, QueueInfo, QueueStats, SweepResult
 from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.settings import StorageSettings
@@ -778,8 +777,3 @@ class Storage:
             return out
 
         return self.read(work, op="queue_stats")
-
-
-def check_url(url: str) -> None:
-    if not url:
-        raise ConfigurationError("no storage URL: set CHOKAQ_STORAGE_URL or pass --db")
