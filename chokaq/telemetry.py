@@ -94,6 +94,9 @@ def configure(service_name: str = "chokaq") -> bool:
     if host_managed and os.environ.get("CHOKAQ_OTEL_FORCE", "").lower() != "true":
         log.info("OpenTelemetry is configured by the Functions host; chokaq will not add exporters")
         return False
+    if os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING") and _configure_azure_monitor(service_name):
+        _configured = True
+        return True
     if not endpoint:
         return False
     try:
@@ -116,6 +119,22 @@ def configure(service_name: str = "chokaq") -> bool:
     trace.set_tracer_provider(provider)
     _configured = True
     log.info("OpenTelemetry OTLP export to %s", endpoint)
+    return True
+
+
+def _configure_azure_monitor(service_name: str) -> bool:
+    """Application Insights through the Azure Monitor distro (extra ``chokaq[azure]``), when installed."""
+    try:
+        from azure.monitor.opentelemetry import configure_azure_monitor
+    except ImportError:
+        log.info(
+            "APPLICATIONINSIGHTS_CONNECTION_STRING is set but azure-monitor-opentelemetry is not "
+            "installed (pip install 'chokaq[azure]'); trying OTLP instead"
+        )
+        return False
+    os.environ.setdefault("OTEL_SERVICE_NAME", service_name)
+    configure_azure_monitor(connection_string=os.environ["APPLICATIONINSIGHTS_CONNECTION_STRING"])
+    log.info("OpenTelemetry export to Application Insights (Azure Monitor distro)")
     return True
 
 
