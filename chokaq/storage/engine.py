@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import struct
+import time
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -66,9 +67,9 @@ def _sqlite_engine(url: str, *, echo: bool) -> Engine:
         # Let SQLAlchemy, not the sqlite3 module, decide when transactions begin.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA busy_timeout=30000")
+        _enable_wal(cur)
+        cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 
@@ -80,6 +81,25 @@ def _sqlite_engine(url: str, *, echo: bool) -> Engine:
         conn.exec_driver_sql(f"BEGIN {mode}")
 
     return engine
+
+
+def _enable_wal(cur: Any) -> None:
+    """Switch a SQLite file to WAL. Switching needs a moment alone with the file and SQLite answers
+    "database is locked" at once, without its busy handler, when several processes open a new file
+    together; the mode is stored in the file, so it is enough that one of them succeeds."""
+    import sqlite3
+
+    for attempt in range(50):
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+                return
+            time.sleep(0.01 * (attempt + 1))
+    cur.execute("PRAGMA journal_mode=WAL")
 
 
 def _mssql_engine(parsed: Any, *, pool_size: int, echo: bool) -> Engine:

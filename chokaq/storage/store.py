@@ -158,17 +158,23 @@ class Storage:
         return self._run(fn, op=op, readonly=False, single=True)
 
     def _run(self, fn: Callable[[Connection], T], *, op: str, readonly: bool, single: bool = False) -> T:
+        def attempt() -> T:
+            with self.engine.connect() as raw:
+                if single and self.dialect != "sqlite":
+                    return fn(raw.execution_options(isolation_level="AUTOCOMMIT"))
+                conn = raw.execution_options(chokaq_readonly=True) if readonly else raw
+                with conn.begin():
+                    return fn(conn)
+
+        return self._retrying(attempt, op=op)
+
+    def _retrying(self, once: Callable[[], T], *, op: str) -> T:
         attempts = self.settings.transient_retries
         for attempt in range(attempts + 1):
             try:
                 if self.fault_injector is not None:
                     self.fault_injector(op)
-                with self.engine.connect() as raw:
-                    if single and self.dialect != "sqlite":
-                        return fn(raw.execution_options(isolation_level="AUTOCOMMIT"))
-                    conn = raw.execution_options(chokaq_readonly=True) if readonly else raw
-                    with conn.begin():
-                        return fn(conn)
+                return once()
             except (DBAPIError, OperationalError) as exc:
                 if attempt >= attempts or not is_transient(exc):
                     raise
@@ -204,7 +210,9 @@ class Storage:
     def upgrade(self) -> list[int]:
         from chokaq.storage.migrations import upgrade
 
-        return upgrade(self.engine)
+        # The migration opens its own transaction (it takes the schema lock first); replay it on
+        # transient errors like any other.
+        return self._retrying(lambda: upgrade(self.engine), op="upgrade")
 
     # ------------------------------------------------------------------ helpers
     def bind(self, conn: Connection) -> Connection:
