@@ -19,7 +19,7 @@ from tests.helpers import age, counts, totals, wait_for
 
 FAST = {
     "execution": {"heartbeat_interval_min": 0.1, "heartbeat_interval_max": 0.15, "shutdown_grace": 0.2},
-    "recovery": {"processing_zombie_timeout": 0.6, "fetched_job_timeout": 5},
+    "recovery": {"processing_zombie_timeout": 1.0, "fetched_job_timeout": 5},
     "retry": {"base_delay": 0.05, "jitter_max_delay": 0, "max_delay": 0.2},
     "storage": {"polling_interval": 0.05, "listen_notify": True},
 }
