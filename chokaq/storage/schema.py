@@ -151,8 +151,9 @@ jobs_dlq = Table(
     Column("HeartbeatUtc", UtcTime),
     Column("StartedAtUtc", UtcTime),
 )
-Index("IX_JobsDLQ_FailedAt", jobs_dlq.c.FailedAtUtc)
-Index("IX_JobsDLQ_QueueReason", jobs_dlq.c.Queue, jobs_dlq.c.FailureReason, jobs_dlq.c.FailedAtUtc)
+Index("IX_JobsDLQ_FailedAt", jobs_dlq.c.FailedAtUtc, jobs_dlq.c.Id)
+# Id last: filtered DLQ pages sort by (FailedAtUtc, Id) and read this index in order.
+Index("IX_JobsDLQ_QueueReason", jobs_dlq.c.Queue, jobs_dlq.c.FailureReason, jobs_dlq.c.FailedAtUtc, jobs_dlq.c.Id)
 Index("IX_JobsDLQ_Type", jobs_dlq.c.Type, jobs_dlq.c.FailedAtUtc)
 
 queues = Table(

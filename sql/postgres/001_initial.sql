@@ -50,8 +50,8 @@ CREATE TABLE chokaq."JobsDLQ" (
 	"StartedAtUtc" TIMESTAMP WITHOUT TIME ZONE, 
 	PRIMARY KEY ("Id")
 );
-CREATE INDEX "IX_JobsDLQ_FailedAt" ON chokaq."JobsDLQ" ("FailedAtUtc");
-CREATE INDEX "IX_JobsDLQ_QueueReason" ON chokaq."JobsDLQ" ("Queue", "FailureReason", "FailedAtUtc");
+CREATE INDEX "IX_JobsDLQ_FailedAt" ON chokaq."JobsDLQ" ("FailedAtUtc", "Id");
+CREATE INDEX "IX_JobsDLQ_QueueReason" ON chokaq."JobsDLQ" ("Queue", "FailureReason", "FailedAtUtc", "Id");
 CREATE INDEX "IX_JobsDLQ_Type" ON chokaq."JobsDLQ" ("Type", "FailedAtUtc");
 CREATE TABLE chokaq."JobsHot" (
 	"Id" VARCHAR(50) NOT NULL, 

@@ -59,9 +59,9 @@ CREATE TABLE chokaq.[JobsDLQ] (
 	PRIMARY KEY ([Id])
 )
 GO
-CREATE INDEX [IX_JobsDLQ_FailedAt] ON chokaq.[JobsDLQ] ([FailedAtUtc])
+CREATE INDEX [IX_JobsDLQ_FailedAt] ON chokaq.[JobsDLQ] ([FailedAtUtc], [Id])
 GO
-CREATE INDEX [IX_JobsDLQ_QueueReason] ON chokaq.[JobsDLQ] ([Queue], [FailureReason], [FailedAtUtc])
+CREATE INDEX [IX_JobsDLQ_QueueReason] ON chokaq.[JobsDLQ] ([Queue], [FailureReason], [FailedAtUtc], [Id])
 GO
 CREATE INDEX [IX_JobsDLQ_Type] ON chokaq.[JobsDLQ] ([Type], [FailedAtUtc])
 GO
