@@ -65,8 +65,15 @@ def instruments() -> Instruments:
     return _instruments
 
 
+_tracer: trace.Tracer | None = None
+
+
 def tracer() -> trace.Tracer:
-    return trace.get_tracer(METER_NAME)
+    """One tracer for the process; before a provider is set it is a proxy that follows it later."""
+    global _tracer
+    if _tracer is None:
+        _tracer = trace.get_tracer(METER_NAME)
+    return _tracer
 
 
 _configured = False

@@ -310,16 +310,17 @@ class Worker:
         t0 = time.perf_counter()
         outcome: Outcome
         attrs = {"queue": rec.queue, "type": rec.type}
-        with tracer().start_as_current_span(
-            f"chokaq.job {rec.type}",
-            attributes={
-                "chokaq.job.id": rec.id,
-                "chokaq.queue": rec.queue,
-                "chokaq.job.type": rec.type,
-                "chokaq.attempt": rec.attempt_count,
-                "chokaq.worker": self.id,
-            },
-        ) as span:
+        with tracer().start_as_current_span(f"chokaq.job {rec.type}") as span:
+            if span.is_recording():  # no attribute dicts per job when nothing is exported
+                span.set_attributes(
+                    {
+                        "chokaq.job.id": rec.id,
+                        "chokaq.queue": rec.queue,
+                        "chokaq.job.type": rec.type,
+                        "chokaq.attempt": rec.attempt_count,
+                        "chokaq.worker": self.id,
+                    }
+                )
             try:
                 if handler is None:
                     raise _Rejected(f"no handler is registered for job type {rec.type!r} on worker {self.id}")
