@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query, Request
 
@@ -100,14 +100,17 @@ def list_dlq(
                       page_size=p.page_size)
 
 
+def _selection(body: BulkIn) -> dict[str, Any]:
+    """A bulk request's target for AdminStore: ids, or a filter with its cap."""
+    if body.filter is not None:
+        return {"f": _filter(body.filter), "max_jobs": body.max_jobs, "dry_run": body.dry_run}
+    return {"ids": body.ids, "dry_run": body.dry_run}
+
+
 @router.post("/resurrect", response_model=BulkOut, responses=ERRORS)
 def resurrect_many(request: Request, body: BulkIn, who: Operator) -> BulkOut:
     """Back to Pending by ids (<= 1000) or by filter (max_jobs, default 100, cap 1000); dry_run previews."""
-    store = admin_store(request)
-    if body.filter is not None:
-        res = store.resurrect_many(actor(who), f=_filter(body.filter), max_jobs=body.max_jobs, dry_run=body.dry_run)
-    else:
-        res = store.resurrect_many(actor(who), ids=body.ids, dry_run=body.dry_run)
+    res = admin_store(request).resurrect_many(actor(who), **_selection(body))
     if res.affected:
         publish("job.resurrected", who, ids=res.sample_ids, count=res.affected)
     return _bulk_out(res)
@@ -116,11 +119,7 @@ def resurrect_many(request: Request, body: BulkIn, who: Operator) -> BulkOut:
 @router.post("/purge", response_model=BulkOut, responses=ERRORS)
 def purge(request: Request, body: BulkIn, who: Admin) -> BulkOut:
     """Delete dead jobs for good, by ids or by filter; dry_run previews."""
-    store = admin_store(request)
-    if body.filter is not None:
-        res = store.purge_dlq(actor(who), f=_filter(body.filter), max_jobs=body.max_jobs, dry_run=body.dry_run)
-    else:
-        res = store.purge_dlq(actor(who), ids=body.ids, dry_run=body.dry_run)
+    res = admin_store(request).purge_dlq(actor(who), **_selection(body))
     if res.affected:
         publish("job.purged", who, location="dlq", ids=res.sample_ids, count=res.affected)
     return _bulk_out(res)

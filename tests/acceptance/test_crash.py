@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -113,4 +112,3 @@ def test_sigterm_is_graceful(db_url: str, tmp_path: Path, workers: Any) -> None:
     assert counts(s) == {"pending": 4, "archive": 0, "dlq": 0}
     assert s.get_job(job_id).attempt_count == 0  # type: ignore[union-attr]
     assert all(s.get_job(j).status == JobStatus.PENDING for j in others)  # type: ignore[union-attr]
-    assert isinstance(proc, subprocess.Popen)

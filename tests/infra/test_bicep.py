@@ -362,14 +362,8 @@ def test_app_registry_default_looks_like_module_colon_attr(setting: str) -> None
 
 
 def _engine_settings_module() -> Any:
-    # chokaq.settings.setting_env_names() comes from the engine. Where it is missing, the tests
-    # that need it skip, and REQUIRED_APP_SETTINGS above stays the only list the Bicep is held to.
-    try:
-        import chokaq.settings as settings_module
-    except ImportError as exc:
-        pytest.skip(f"chokaq.settings not importable yet: {exc}")
-    if not hasattr(settings_module, "setting_env_names"):
-        pytest.skip("chokaq.settings.setting_env_names() does not exist yet")
+    import chokaq.settings as settings_module
+
     return settings_module
 
 
