@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import DateTime, Select
+from sqlalchemy import BigInteger, Boolean, DateTime, Select, String, UnicodeText, bindparam
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.selectable import FromClause
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 # Claim rows without waiting on, or deadlocking with, other workers' claims.
 MSSQL_CLAIM_HINT = "WITH (UPDLOCK, READPAST, ROWLOCK)"
@@ -101,3 +106,105 @@ def claim_lock(stmt: Select[Any], table: FromClause) -> Select[Any]:
 def row_lock(stmt: Select[Any], table: FromClause) -> Select[Any]:
     """Lock the selected rows until commit, waiting for other holders."""
     return stmt.with_for_update(of=table).with_hint(table, MSSQL_QUEUE_LOCK_HINT, "mssql")
+
+
+# ---------------------------------------------------------------------------- list parameters
+# The worker's moves name up to a few hundred jobs. As an expanded ``IN (:p1, :p2, ...)`` every
+# batch size is a different statement: the drivers cannot cache or prepare it, and the database
+# plans it again each time. One parameter holding the whole list keeps the statement text fixed.
+
+
+class ListParam(TypeDecorator[list[Any]]):
+    """A list bound as one parameter: an array on PostgreSQL, a JSON array elsewhere."""
+
+    impl = UnicodeText
+    cache_ok = True
+
+    def __init__(self, item_type: TypeEngine[Any]) -> None:
+        super().__init__()
+        self.item_type = item_type
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(postgresql.ARRAY(self.item_type))
+        return dialect.type_descriptor(UnicodeText())
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        items = list(value)
+        return items if dialect.name == "postgresql" else json.dumps(items)
+
+
+class in_list(FunctionElement[bool]):
+    """``column IN (the items of one list parameter)``."""
+
+    type = Boolean()
+    inherit_cache = True
+    # A predicate, not a boolean value: SQL Server must not get "... = 1" appended.
+    _is_implicitly_boolean = True
+
+    def __init__(self, column: ColumnElement[Any], items: Iterable[Any], item_type: TypeEngine[Any] | None = None):
+        super().__init__(column, bindparam(None, list(items), type_=ListParam(item_type or String())))
+
+
+def _pair(element: FunctionElement[Any], compiler: Any, **kw: Any) -> tuple[str, str, Any]:
+    column, param = list(element.clauses)
+    return compiler.process(column, **kw), compiler.process(param, **kw), column
+
+
+@compiles(in_list, "postgresql")
+def _in_list_pg(element: in_list, compiler: Any, **kw: Any) -> str:
+    col, param, _ = _pair(element, compiler, **kw)
+    return f"{col} = ANY({param})"
+
+
+@compiles(in_list, "mssql")
+def _in_list_mssql(element: in_list, compiler: Any, **kw: Any) -> str:
+    col, param, column = _pair(element, compiler, **kw)
+    # OPENJSON yields NVARCHAR(MAX); cast to the column's own type or the seek becomes a scan.
+    sqltype = compiler.dialect.type_compiler_instance.process(column.type)
+    return f"{col} IN (SELECT CAST([value] AS {sqltype}) FROM OPENJSON({param}))"
+
+
+@compiles(in_list, "sqlite")
+def _in_list_sqlite(element: in_list, compiler: Any, **kw: Any) -> str:
+    col, param, _ = _pair(element, compiler, **kw)
+    return f"{col} IN (SELECT value FROM json_each({param}))"
+
+
+@compiles(in_list)
+def _in_list_default(element: in_list, compiler: Any, **kw: Any) -> str:
+    raise NotImplementedError(f"in_list is not implemented for {compiler.dialect.name}")
+
+
+class lookup_int(FunctionElement[int]):
+    """The integer that a ``{key: int}`` mapping, bound as one JSON parameter, holds for ``key``
+    (a string column). NULL when the key is missing."""
+
+    type = BigInteger()
+    inherit_cache = True
+
+    def __init__(self, key: ColumnElement[Any], mapping: Mapping[str, int]) -> None:
+        super().__init__(key, bindparam(None, json.dumps(dict(mapping)), type_=UnicodeText()))
+
+
+@compiles(lookup_int, "postgresql")
+def _lookup_pg(element: lookup_int, compiler: Any, **kw: Any) -> str:
+    key, param, _ = _pair(element, compiler, **kw)
+    return f"CAST((CAST({param} AS JSONB) ->> {key}) AS BIGINT)"
+
+
+@compiles(lookup_int, "mssql")
+def _lookup_mssql(element: lookup_int, compiler: Any, **kw: Any) -> str:
+    key, param, _ = _pair(element, compiler, **kw)
+    return f"CAST(JSON_VALUE({param}, CONCAT('$.\"', {key}, '\"')) AS BIGINT)"
+
+
+@compiles(lookup_int, "sqlite")
+def _lookup_sqlite(element: lookup_int, compiler: Any, **kw: Any) -> str:
+    key, param, _ = _pair(element, compiler, **kw)
+    return f"CAST(json_extract({param}, '$.\"' || {key} || '\"') AS INTEGER)"
+
+
+@compiles(lookup_int)
+def _lookup_default(element: lookup_int, compiler: Any, **kw: Any) -> str:
+    raise NotImplementedError(f"lookup_int is not implemented for {compiler.dialect.name}")

@@ -41,7 +41,7 @@ from chokaq.settings import StorageSettings
 from chokaq.storage.engine import build_engine, is_transient
 from chokaq.storage.records import archive_record, dlq_record, hot_record
 from chokaq.storage.schema import SCHEMA, jobs_archive, jobs_dlq, jobs_hot, queues, stats_summary
-from chokaq.storage.sqlfuncs import claim_lock, row_lock, utc_offset, utcnow
+from chokaq.storage.sqlfuncs import claim_lock, in_list, lookup_int, row_lock, utc_offset, utcnow
 
 log = logging.getLogger("chokaq.storage")
 T = TypeVar("T")
@@ -270,7 +270,7 @@ class Storage:
             return false()
         return and_(
             table.c.WorkerId == worker_id,
-            or_(*(and_(table.c.AttemptCount == a, table.c.Id.in_(ids)) for a, ids in by_attempt.items())),
+            or_(*(and_(table.c.AttemptCount == a, in_list(table.c.Id, ids)) for a, ids in by_attempt.items())),
         )
 
     @staticmethod
@@ -535,22 +535,50 @@ class Storage:
             )
         return rows
 
+    def move_in_db(
+        self,
+        c: Connection,
+        source: Table,
+        where: ColumnElement[bool],
+        target: Table,
+        values: dict[str, ColumnElement[Any]],
+    ) -> list[tuple[str, str]]:
+        """Move matching rows like :meth:`move_rows`, but without carrying them through Python:
+        INSERT ... SELECT copies them under a row lock, then DELETE removes the same rows.
+
+        The worker's hot path uses this: shipping every payload out and back in cost more client
+        time than the rest of a job's bookkeeping. ``values`` are SQL expressions for the target
+        columns the source lacks or that change. Returns ``(Id, Queue)`` of each moved row.
+        """
+        names = [col.name for col in target.c if col.name in values or col.name in source.c]
+        rows = select(*[values[n] if n in values else source.c[n] for n in names]).where(where)
+        # The lock keeps a concurrent move (the sweep, an operator) from taking a row between the
+        # copy and the delete; without it a job could land in two tables.
+        copy = insert(target).from_select(names, row_lock(rows, source))
+        # SQLAlchemy keeps rowcount for UPDATE and DELETE only unless asked.
+        copied = c.execute(copy.execution_options(preserve_rowcount=True)).rowcount
+        moved = [(r[0], r[1]) for r in c.execute(delete(source).where(where).returning(source.c.Id, source.c.Queue))]
+        if copied != len(moved):
+            # Rolls the whole transaction back: nothing is half-moved.
+            raise RuntimeError(f"move {source.name} -> {target.name}: copied {copied} rows but deleted {len(moved)}")
+        return moved
+
     def complete(self, worker_id: str, done: Sequence[Completion]) -> set[str]:
         """Processing -> Archive for a batch of successes, in one transaction."""
         if not done:
             return set()
-        durations = {d.lease.job_id: d.duration_ms for d in done}
-
-        def shape(r: dict[str, Any]) -> dict[str, Any]:
-            return {"DurationMs": durations.get(r["Id"])}
+        where = and_(
+            self.fenced(jobs_hot, worker_id, [d.lease for d in done]), status_is(jobs_hot.c.Status, PROCESSING)
+        )
+        values: dict[str, ColumnElement[Any]] = {
+            "FinishedAtUtc": utcnow(),
+            "DurationMs": lookup_int(jobs_hot.c.Id, {d.lease.job_id: d.duration_ms for d in done}),
+        }
 
         def work(c: Connection) -> set[str]:
-            where = and_(
-                self.fenced(jobs_hot, worker_id, [d.lease for d in done]), status_is(jobs_hot.c.Status, PROCESSING)
-            )
-            rows = self.move_rows(c, jobs_hot, where, jobs_archive, shape, {"FinishedAtUtc": utcnow()})
-            self.bump_stats(c, "SucceededTotal", Counter(r["Queue"] for r in rows))
-            return {r["Id"] for r in rows}
+            moved = self.move_in_db(c, jobs_hot, where, jobs_archive, values)
+            self.bump_stats(c, "SucceededTotal", Counter(queue for _, queue in moved))
+            return {job_id for job_id, _ in moved}
 
         return self.write(work, op="complete")
 
@@ -571,11 +599,14 @@ class Storage:
 
         def work(c: Connection) -> bool:
             where = and_(self.fenced(jobs_hot, lease.worker_id, [lease]), status_is(jobs_hot.c.Status, PROCESSING))
-            rows = self.move_rows(
-                c, jobs_hot, where, jobs_dlq, self.dlq_shape(reason, error_details), {"FailedAtUtc": utcnow()}
-            )
-            self.bump_stats(c, "FailedTotal", Counter(r["Queue"] for r in rows))
-            return bool(rows)
+            values: dict[str, ColumnElement[Any]] = {
+                "FailedAtUtc": utcnow(),
+                "FailureReason": literal(int(reason)),
+                "ErrorDetails": literal(error_details, jobs_dlq.c.ErrorDetails.type),
+            }
+            moved = self.move_in_db(c, jobs_hot, where, jobs_dlq, values)
+            self.bump_stats(c, "FailedTotal", Counter(queue for _, queue in moved))
+            return bool(moved)
 
         return self.write(work, op="fail")
 

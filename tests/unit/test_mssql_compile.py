@@ -151,9 +151,27 @@ def test_worker_moves_are_fenced_by_worker_and_attempt(captured: tuple[Storage, 
     run_everything(storage)
     fenced = [s for s in seen if re.search(r"\[WorkerId\] = :\w+", s) and re.search(r"\[AttemptCount\] = :", s)]
     kinds = {s.split()[0] for s in fenced}
-    assert kinds == {"UPDATE", "DELETE"}
+    assert kinds == {"UPDATE", "DELETE", "INSERT"}
     heartbeat = [s for s in fenced if "SET [HeartbeatUtc]=SYSUTCDATETIME()" in s]
     assert heartbeat and all("[Status] = 2" in h for h in heartbeat)
+    for sql in fenced:
+        # Ids travel as one JSON parameter, cast back to the key's type so the seek still works.
+        assert "[Id] IN (SELECT CAST([value] AS VARCHAR(50)) FROM OPENJSON(:" in sql, sql
+        assert not re.search(r"OPENJSON\(:\w+\)\) = 1", sql), sql
+
+
+def test_worker_moves_copy_under_a_row_lock(captured: tuple[Storage, list[str]]) -> None:
+    storage, seen = captured
+    run_everything(storage)
+    for target in ("JobsArchive", "JobsDLQ"):
+        copies = [s for s in seen if s.startswith(f"INSERT INTO chokaq.[{target}]") and " SELECT " in s]
+        assert copies, target
+        for copy in copies:
+            # Without UPDLOCK another session could move the row between the copy and the delete.
+            assert "FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK)" in copy, copy
+            assert "[Status] = 2" in copy, copy
+    archive = next(s for s in seen if s.startswith("INSERT INTO chokaq.[JobsArchive]") and " SELECT " in s)
+    assert """CAST(JSON_VALUE(:param_1, CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT)""" in archive, archive
 
 
 def test_time_arithmetic_is_sql_servers(captured: tuple[Storage, list[str]]) -> None:
