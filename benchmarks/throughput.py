@@ -58,6 +58,7 @@ from benchmarks.peers.common import (
     BenchResult,
     CpuSampler,
     Stopwatch,
+    analyze_table,
     base_parser,
     cancel_hard_timeout,
     conninfo,
@@ -338,7 +339,9 @@ def archive_count(app: Any) -> int:
 # --------------------------------------------------------------------------- phases
 
 
-def throughput_round(backend: str, n: int, concurrency: int, batch: int, rnd: int) -> dict[str, Any]:
+def throughput_round(
+    backend: str, n: int, concurrency: int, batch: int, rnd: int, analyze: bool = False
+) -> dict[str, Any]:
     with fresh_database(backend) as url:
         app = make_app(url, concurrency, batch)
         state: dict[str, Any] = {"seen": 0, "first": 0.0, "done": threading.Event()}
@@ -352,6 +355,8 @@ def throughput_round(backend: str, n: int, concurrency: int, batch: int, rnd: in
                 state["done"].set()
 
         enqueue_s = enqueue_noops(app, n)
+        if analyze and backend == "postgres":
+            analyze_table(DB, 'chokaq."JobsHot"')
         counter = StatementCounter().attach(app.storage.engine)
         wt = WorkerThread(app, concurrency)
         try:
@@ -520,7 +525,7 @@ def run(args: Any, backend: str, concurrency: int) -> list[tuple[BenchResult, di
     if args.jobs > 0 and args.rounds > 0:
         rounds = []
         for r in range(1, args.rounds + 1):
-            res = throughput_round(backend, args.jobs, concurrency, args.batch_size, r)
+            res = throughput_round(backend, args.jobs, concurrency, args.batch_size, r, args.analyze)
             rounds.append(res)
             c = res["counts"]
             log(

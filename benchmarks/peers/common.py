@@ -204,7 +204,21 @@ def base_parser(description: str) -> argparse.ArgumentParser:
         help="kill the whole run after this many seconds (default 300)",
     )
     p.add_argument("--keep-db", action="store_true", help="leave the benchmark database behind at the end")
+    p.add_argument(
+        "--analyze",
+        action="store_true",
+        help="ANALYZE the queue table after the bulk enqueue, as autovacuum would within a minute "
+        "(default: a table never analysed, as in the first seconds after a burst into a new table)",
+    )
     return p
+
+
+def analyze_table(dbname: str, table: str) -> None:
+    """Refresh the planner's statistics of *table* (e.g. 'pgqueuer' or 'chokaq."JobsHot"')."""
+    import psycopg
+
+    with psycopg.connect(conninfo(dbname), autocommit=True) as conn:
+        conn.execute(f"ANALYZE {table}")
 
 
 def install_hard_timeout(seconds: float) -> None:

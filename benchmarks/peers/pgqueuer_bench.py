@@ -39,6 +39,7 @@ from benchmarks.peers.common import (
     BenchResult,
     CpuSampler,
     Stopwatch,
+    analyze_table,
     base_parser,
     cancel_hard_timeout,
     drop_database,
@@ -201,6 +202,8 @@ async def throughput_round(args: Any, rnd: int) -> dict[str, Any]:
         with Stopwatch() as enq:
             # pgqueuer's batch enqueue: list arguments -> one INSERT ... SELECT unnest(...)
             await asyncio.wait_for(q.enqueue([ENTRYPOINT] * n, [b"{}"] * n, [0] * n), PHASE_TIMEOUT)
+        if args.analyze:
+            analyze_table(DB, "pgqueuer")
         seen = 0
         first_start = 0.0
         all_seen = asyncio.Event()

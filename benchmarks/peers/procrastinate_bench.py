@@ -43,6 +43,7 @@ from benchmarks.peers.common import (
     BenchResult,
     CpuSampler,
     Stopwatch,
+    analyze_table,
     base_parser,
     cancel_hard_timeout,
     conninfo,
@@ -171,6 +172,8 @@ async def throughput_round(args: Any, rnd: int) -> dict[str, Any]:
         await app.schema_manager.apply_schema_async()
         with Stopwatch() as enq:
             await asyncio.wait_for(state["noop"].batch_defer_async(*({} for _ in range(n))), PHASE_TIMEOUT)
+        if args.analyze:
+            analyze_table(DB, "procrastinate_jobs")
         state["target"] = n
         tasks: list[asyncio.Task[None]] = []
         try:

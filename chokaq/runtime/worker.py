@@ -275,10 +275,9 @@ class Worker:
         return [j for j in jobs if j.id not in self.running]
 
     async def _start_batch(self, batch: list[JobRecord]) -> None:
-        leases = [j.lease for j in batch]
         by_id = {j.id: j for j in batch}
         try:
-            result = await self._db(self.storage.start, self.id, leases, self._zombie_retry_types)
+            result = await self._db(self.storage.start, self.id, batch, self._zombie_retry_types)
         except Exception:
             log.exception("start failed; returning %d jobs to the buffer", len(batch))
             self.buffer.extendleft(reversed(batch))

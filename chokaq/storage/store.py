@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import random
@@ -441,37 +442,60 @@ class Storage:
         claimed.sort(key=lambda j: (-(j.priority or 0), j.scheduled_at_utc or 0, j.created_at_utc or 0))
         return claimed
 
-    def start(self, worker_id: str, leases: Sequence[Lease], zombie_retry_types: Collection[str] = ()) -> StartResult:
-        """Fetched -> Processing: the last ownership check before user code runs.
-
-        Jobs whose queue was paused meanwhile are released to Pending right after.
+    def start(self, worker_id: str, jobs: Sequence[JobRecord], zombie_retry_types: Collection[str] = ()) -> StartResult:
+        """Fetched -> Processing for jobs this worker fetched: the last ownership check before user
+        code runs. Returns the started jobs as records; jobs whose queue was paused meanwhile are
+        released to Pending right after.
         """
-        if not leases:
+        if not jobs:
             return StartResult([], [], [])
+        leases = [j.lease for j in jobs]
         paused = exists().where(queues.c.Name == jobs_hot.c.Queue, queues.c.IsPaused == true())
         retry_flag: Any = (
             case((jobs_hot.c.Type.in_(list(zombie_retry_types)), true()), else_=false())
             if zombie_retry_types
             else false()
         )
+        hot = jobs_hot.c
 
-        def work(c: Connection) -> list[JobRecord]:
-            rows = c.execute(
-                update(jobs_hot)
-                .where(self.fenced(jobs_hot, worker_id, leases), status_is(jobs_hot.c.Status, FETCHED), ~paused)
-                .values(
-                    Status=PROCESSING,
-                    AttemptCount=jobs_hot.c.AttemptCount + 1,
-                    StartedAtUtc=utcnow(),
-                    HeartbeatUtc=utcnow(),
-                    LastUpdatedUtc=utcnow(),
-                    ZombieRetry=retry_flag,
+        def work(c: Connection) -> list[Any]:
+            return list(
+                c.execute(
+                    update(jobs_hot)
+                    .where(self.fenced(jobs_hot, worker_id, leases), status_is(hot.Status, FETCHED), ~paused)
+                    .values(
+                        Status=PROCESSING,
+                        AttemptCount=hot.AttemptCount + 1,
+                        StartedAtUtc=utcnow(),
+                        HeartbeatUtc=utcnow(),
+                        LastUpdatedUtc=utcnow(),
+                        ZombieRetry=retry_flag,
+                    )
+                    # Only what changed: the caller already holds the rest of each row.
+                    .returning(
+                        hot.Id,
+                        hot.AttemptCount,
+                        hot.StartedAtUtc,
+                        hot.HeartbeatUtc,
+                        hot.LastUpdatedUtc,
+                        hot.ZombieRetry,
+                    )
                 )
-                .returning(*jobs_hot.c)
-            ).all()
-            return [hot_record(r) for r in rows]
+            )
 
-        started = self.write_one(work, op="start")
+        by_id = {j.id: j for j in jobs}
+        started = [
+            dataclasses.replace(
+                by_id[r[0]],
+                status=JobStatus.PROCESSING,
+                attempt_count=r[1],
+                started_at_utc=r[2],
+                heartbeat_utc=r[3],
+                last_updated_utc=r[4],
+                zombie_retry=bool(r[5]),
+            )
+            for r in self.write_one(work, op="start")
+        ]
         got = {j.id for j in started}
         rest = [lease for lease in leases if lease.job_id not in got]
         released = self.release(worker_id, rest) if rest else []

@@ -57,7 +57,7 @@ def run_one(storage: Storage, job_id: str, worker: str = "w-test") -> Any:
     others = [r.lease for r in claimed if r.id != job_id]
     if others:
         storage.release(worker, others)
-    res = storage.start(worker, [rec.lease])
+    res = storage.start(worker, [rec])
     return res.started[0]
 
 
@@ -71,7 +71,7 @@ def make_dead(storage: Storage, n: int = 1, *, type: str = "t", queue: str = "de
     others = [r for r in claimed if r.id not in set(ids)]
     if others:
         storage.release("w-dead", [r.lease for r in others])
-    started = storage.start("w-dead", [r.lease for r in wanted]).started
+    started = storage.start("w-dead", wanted).started
     for rec in started:
         assert storage.fail(rec.lease, reason, details)
     return ids
@@ -80,7 +80,7 @@ def make_dead(storage: Storage, n: int = 1, *, type: str = "t", queue: str = "de
 def make_archived(storage: Storage, n: int = 1, *, queue: str = "done") -> list[str]:
     ids = [enqueue(storage, queue=queue) for _ in range(n)]
     claimed = storage.fetch("w-done", n + 1000, [queue])
-    started = storage.start("w-done", [r.lease for r in claimed if r.id in set(ids)]).started
+    started = storage.start("w-done", [r for r in claimed if r.id in set(ids)]).started
     assert storage.complete("w-done", [Completion(r.lease, 1) for r in started]) == set(ids)
     return ids
 

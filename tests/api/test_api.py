@@ -80,7 +80,7 @@ def test_edit_pending_and_conflicts(app: ChokaQ, client: TestClient) -> None:
     assert [c.id for c in claimed] == [job]
     r = client.patch(f"/api/jobs/{job}", headers=OPS, json={"priority": 1})
     assert r.status_code == 409 and "Fetched" in r.json()["detail"] and r.json()["error"] == "conflict"
-    s.start("w1", [claimed[0].lease])
+    s.start("w1", [claimed[0]])
     r = client.patch(f"/api/jobs/{job}", headers=OPS, json={"priority": 1})
     assert r.status_code == 409 and "Processing" in r.json()["detail"]
     assert client.patch("/api/jobs/does-not-exist", headers=OPS, json={"priority": 1}).status_code == 404

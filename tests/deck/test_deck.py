@@ -56,7 +56,7 @@ def make_zombie(deck: DeckEnv) -> str:
     s = deck.app.storage
     job_id, _ = s.enqueue(EnqueueRequest(type="noop_v1", queue="reports", payload="{}", created_by="test"))
     (fetched,) = s.fetch("ghost-worker", 1, ["reports"])  # the test worker does not serve "reports"
-    assert [j.id for j in s.start("ghost-worker", [fetched.lease]).started] == [job_id]
+    assert [j.id for j in s.start("ghost-worker", [fetched]).started] == [job_id]
     age(s, job_id, 3600)
     result = run_sweep(s, deck.app.settings)
     assert result.archived == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +26,7 @@ def enqueue(s: Storage, **kw: object) -> str:
 
 def claim(s: Storage, worker: str = "w1", n: int = 10, queues: list[str] | None = None) -> list[Lease]:
     jobs = s.fetch(worker, n, queues)
-    return [j.lease for j in s.start(worker, [j.lease for j in jobs]).started]
+    return [j.lease for j in s.start(worker, jobs).started]
 
 
 def test_enqueue_and_read_back(storage: Storage) -> None:
@@ -108,7 +109,7 @@ def test_pause_between_fetch_and_start_releases(storage: Storage) -> None:
     job_id = enqueue(storage, queue="p")
     jobs = storage.fetch("w1", 5)
     storage.update_queue("p", paused=True)
-    result = storage.start("w1", [j.lease for j in jobs])
+    result = storage.start("w1", jobs)
     assert result.started == [] and result.released == [job_id] and result.lost == []
     assert storage.get_job(job_id).status == JobStatus.PENDING  # type: ignore[union-attr]
 
@@ -120,7 +121,7 @@ def test_max_workers_holds_across_workers(storage: Storage) -> None:
     first = storage.fetch("w1", 5)
     second = storage.fetch("w2", 5)
     assert len(first) + len(second) == 2
-    leases = [j.lease for j in storage.start("w1", [j.lease for j in first]).started]
+    leases = [j.lease for j in storage.start("w1", first).started]
     assert storage.fetch("w3", 5) == []
     storage.complete("w1", [Completion(leases[0], 1)])
     assert len(storage.fetch("w3", 5)) == 1
@@ -129,9 +130,9 @@ def test_max_workers_holds_across_workers(storage: Storage) -> None:
 def test_start_is_fenced_by_worker(storage: Storage) -> None:
     enqueue(storage)
     (job,) = storage.fetch("w1", 1)
-    stolen = Lease(job.id, "w2", job.attempt_count)
+    stolen = dataclasses.replace(job, worker_id="w2")
     assert storage.start("w2", [stolen]).lost == [job.id]
-    started = storage.start("w1", [job.lease]).started
+    started = storage.start("w1", [job]).started
     assert [j.attempt_count for j in started] == [1]
     assert started[0].status == JobStatus.PROCESSING and started[0].heartbeat_utc is not None
 
@@ -254,13 +255,13 @@ def test_per_queue_zombie_timeout(storage: Storage) -> None:
 def test_idempotent_zombies_are_retried_until_attempts_run_out(storage: Storage) -> None:
     job_id = enqueue(storage, type="safe")
     jobs = storage.fetch("w1", 1)
-    storage.start("w1", [j.lease for j in jobs], zombie_retry_types={"safe"})
+    storage.start("w1", jobs, zombie_retry_types={"safe"})
     age(storage, job_id, 120)
     result = storage.sweep(fetched_timeout=60, zombie_timeout=60, max_attempts=2)
     assert (result.archived, result.retried_zombies) == (0, 1)
     assert storage.get_job(job_id).status == JobStatus.PENDING  # type: ignore[union-attr]
     jobs = storage.fetch("w1", 1)
-    storage.start("w1", [j.lease for j in jobs], zombie_retry_types={"safe"})
+    storage.start("w1", jobs, zombie_retry_types={"safe"})
     age(storage, job_id, 120)
     result = storage.sweep(fetched_timeout=60, zombie_timeout=60, max_attempts=2)
     assert (result.archived, result.retried_zombies) == (1, 0)
@@ -270,7 +271,7 @@ def test_release_returns_only_our_fetched_jobs(storage: Storage) -> None:
     a, b = enqueue(storage), enqueue(storage)
     jobs = storage.fetch("w1", 5)
     leases = {j.id: j.lease for j in jobs}
-    storage.start("w1", [leases[a]])
+    storage.start("w1", [j for j in jobs if j.id == a])
     assert storage.release("w1", list(leases.values())) == [b]
     assert storage.release("w2", [Lease(b, "w2", 0)]) == []
 

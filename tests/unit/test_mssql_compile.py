@@ -63,7 +63,7 @@ def run_everything(s: Storage) -> None:
     s.enqueue(EnqueueRequest(type="a", delay_seconds=0.5))
     ids = s.enqueue_many([EnqueueRequest(type="a") for _ in range(6)] + [EnqueueRequest(type="b", queue="limited")])
     jobs = s.fetch("w", 10)
-    started = s.start("w", [j.lease for j in jobs], {"a"}).started
+    started = s.start("w", jobs, {"a"}).started
     leases = [j.lease for j in started]
     s.heartbeat("w", leases)
     s.complete("w", [Completion(leases[0], 3)])
