@@ -76,6 +76,12 @@ def tracer() -> trace.Tracer:
     return _tracer
 
 
+def tracing_active() -> bool:
+    """Whether spans go anywhere: a real tracer provider has been installed (by us, the Azure
+    Monitor distro or the Functions host). Checked per job, so one installed later counts."""
+    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
 _configured = False
 
 

@@ -21,7 +21,10 @@ from chokaq.telemetry import instruments
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@dataclass
+_CANCEL_LOCK = threading.Lock()
+
+
+@dataclass(eq=False)
 class JobContext:
     """Passed to handlers that take a ``ctx`` argument."""
 
@@ -30,16 +33,35 @@ class JobContext:
     queue: str
     type: str
     worker_id: str
-    cancelled: threading.Event = field(default_factory=threading.Event)
     cancel_reason: str | None = None
+    _flag: bool = field(default=False, repr=False)
+    # Made on first use: most jobs never look, and an Event per job is a lock and a condition.
+    _event: threading.Event | None = field(default=None, repr=False)
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the job should stop; a handler running in a thread can wait on it."""
+        if self._event is None:
+            with _CANCEL_LOCK:
+                if self._event is None:
+                    event = threading.Event()
+                    if self._flag:
+                        event.set()
+                    self._event = event
+        return self._event
 
     def is_cancelled(self) -> bool:
-        return self.cancelled.is_set()
+        return self._flag
 
     def cancel(self, reason: str) -> None:
-        if not self.cancelled.is_set():
+        with _CANCEL_LOCK:
+            if self._flag:
+                return
             self.cancel_reason = reason
-            self.cancelled.set()
+            self._flag = True
+            event = self._event
+        if event is not None:
+            event.set()
 
 
 @dataclass(frozen=True)

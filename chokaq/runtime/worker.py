@@ -28,7 +28,7 @@ from chokaq.runtime.app import Handler, JobContext
 from chokaq.runtime.events import bus
 from chokaq.runtime.policy import decide, describe
 from chokaq.storage.store import Completion
-from chokaq.telemetry import instruments, tracer
+from chokaq.telemetry import instruments, tracer, tracing_active
 
 if TYPE_CHECKING:
     from chokaq.runtime.app import ChokaQ
@@ -308,9 +308,11 @@ class Worker:
         handler = self.app.handlers.get(rec.type)
         t0 = time.perf_counter()
         outcome: Outcome
-        attrs = {"queue": rec.queue, "type": rec.type}
-        with tracer().start_as_current_span(f"chokaq.job {rec.type}") as span:
-            if span.is_recording():  # no attribute dicts per job when nothing is exported
+        # Without a configured tracer provider every span is a no-op that still costs a job a
+        # noticeable share of its bookkeeping; skip it then.
+        traced = tracing_active()
+        with tracer().start_as_current_span(f"chokaq.job {rec.type}") if traced else contextlib.nullcontext() as span:
+            if span is not None and span.is_recording():
                 span.set_attributes(
                     {
                         "chokaq.job.id": rec.id,
@@ -323,44 +325,48 @@ class Worker:
             try:
                 if handler is None:
                     raise _Rejected(f"no handler is registered for job type {rec.type!r} on worker {self.id}")
-                await self._call(handler, rec, run)
+                await self._call(handler, run)
                 outcome = Outcome("success", run.lease, rec)
             except _Rejected as exc:
                 outcome = Outcome("fail", run.lease, rec, reason=FailureReason.REJECTED, details=str(exc))
-            except (asyncio.CancelledError, TimeoutError) as exc:
+            except asyncio.CancelledError as exc:
                 outcome = self._cancelled_outcome(run, exc)
-                if outcome.kind == "fail" and outcome.reason == FailureReason.TIMEOUT:
-                    span.set_attribute("chokaq.timeout", True)
             except BaseException as exc:
-                if ctx.is_cancelled() and ctx.cancel_reason != CANCEL_TIMEOUT:
+                if ctx.is_cancelled():
+                    # Stopped by us (timeout, shutdown, lost ownership), whatever it raised on the way out.
                     outcome = self._cancelled_outcome(run, exc)
                 else:
+                    # A TimeoutError of the handler's own (an HTTP call, say) is an ordinary failure.
                     outcome = self._failure_outcome(run, handler, exc)
-                span.record_exception(exc)
+                if span is not None:
+                    span.record_exception(exc)
             outcome.duration_ms = int((time.perf_counter() - t0) * 1000)
-            span.set_attribute("chokaq.outcome", outcome.kind)
-        instruments().processing_duration.record(outcome.duration_ms, attrs)
+            if span is not None:
+                if outcome.reason == FailureReason.TIMEOUT:
+                    span.set_attribute("chokaq.timeout", True)
+                span.set_attribute("chokaq.outcome", outcome.kind)
+        instruments().processing_duration.record(outcome.duration_ms, {"queue": rec.queue, "type": rec.type})
         self.executing.discard(rec.id)
         self._slot_freed()
         self._outcomes.put_nowait(outcome)
 
-    async def _call(self, handler: Handler, rec: JobRecord, run: Running) -> None:
-        ctx = run.ctx
-        payload = handler.parse_payload(rec.payload)
-        args: tuple[Any, ...] = (payload, ctx) if handler.wants_ctx else (payload,)
+    async def _call(self, handler: Handler, run: Running) -> None:
+        payload = handler.parse_payload(run.record.payload)
+        args: tuple[Any, ...] = (payload, run.ctx) if handler.wants_ctx else (payload,)
         timeout = handler.timeout or self.settings.execution.default_timeout
         if handler.is_async:
             aw: Any = handler.fn(*args)
         else:
             run.thread = self._job_pool.submit(contextvars.copy_context().run, handler.fn, *args)
             aw = asyncio.wrap_future(run.thread)
+        # One timer handle per job: cheaper than asyncio.timeout's context manager, and the same
+        # effect. A thread cannot be killed; cooperative handlers see ctx.cancelled and stop.
+        assert self._loop is not None
+        timer = self._loop.call_later(timeout, self._cancel, run, CANCEL_TIMEOUT)
         try:
-            # asyncio.timeout, not wait_for: wait_for wraps every job in a second task.
-            async with asyncio.timeout(timeout):
-                await aw
-        except TimeoutError:
-            ctx.cancel(CANCEL_TIMEOUT)  # a thread cannot be killed; cooperative handlers stop
-            raise
+            await aw
+        finally:
+            timer.cancel()
 
     def _cancelled_outcome(self, run: Running, exc: BaseException) -> Outcome:
         reason = run.ctx.cancel_reason

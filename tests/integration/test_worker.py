@@ -145,6 +145,41 @@ def test_execution_timeout(db_url: str, run_worker: Any) -> None:
     assert "timeout of 0.2s" in job.error_details
 
 
+def test_thread_handler_timeout_sets_ctx_cancelled(db_url: str, run_worker: Any) -> None:
+    app = make_app(db_url)
+    saw_cancel = threading.Event()
+
+    @app.job("stuck_sync", timeout=0.2)
+    def stuck_sync(payload: dict[str, Any], ctx: JobContext) -> None:
+        if ctx.cancelled.wait(10):  # a cooperative thread handler stops when asked
+            saw_cancel.set()
+
+    job_id = app.enqueue("stuck_sync", {})
+    w = run_worker(app)
+    job = wait_for(lambda: (j := app.storage.get_job(job_id)) and j.location is Location.DLQ and j)
+    w.stop()
+    assert job.failure_reason == FailureReason.TIMEOUT
+    assert saw_cancel.wait(5)
+
+
+def test_a_handlers_own_timeout_error_is_retried_not_a_job_timeout(db_url: str, run_worker: Any) -> None:
+    app = make_app(db_url)
+    calls: list[int] = []
+
+    @app.job("flaky_http", timeout=30, max_attempts=2)
+    async def flaky_http(payload: dict[str, Any], ctx: JobContext) -> None:
+        calls.append(ctx.attempt)
+        raise TimeoutError("upstream did not answer")
+
+    job_id = app.enqueue("flaky_http", {})
+    w = run_worker(app)
+    job = wait_for(lambda: (j := app.storage.get_job(job_id)) and j.location is Location.DLQ and j)
+    w.stop()
+    assert calls == [1, 2]
+    assert job.failure_reason == FailureReason.MAX_RETRIES_EXCEEDED
+    assert "TimeoutError: upstream did not answer" in job.error_details
+
+
 def test_heartbeat_keeps_a_slow_job_alive_past_the_zombie_timeout(db_url: str, run_worker: Any) -> None:
     app = make_app(db_url)
     release = threading.Event()
