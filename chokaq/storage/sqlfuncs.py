@@ -10,7 +10,7 @@ from sqlalchemy import BigInteger, Boolean, DateTime, Select, String, UnicodeTex
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.selectable import FromClause
 from sqlalchemy.types import TypeDecorator, TypeEngine
@@ -142,8 +142,18 @@ class in_list(FunctionElement[bool]):
     # A predicate, not a boolean value: SQL Server must not get "... = 1" appended.
     _is_implicitly_boolean = True
 
-    def __init__(self, column: ColumnElement[Any], items: Iterable[Any], item_type: TypeEngine[Any] | None = None):
-        super().__init__(column, bindparam(None, list(items), type_=ListParam(item_type or String())))
+    def __init__(
+        self,
+        column: ColumnElement[Any],
+        items: BindParameter[Any] | Iterable[Any],
+        item_type: TypeEngine[Any] | None = None,
+    ) -> None:
+        param = (
+            items
+            if isinstance(items, BindParameter)
+            else bindparam(None, list(items), type_=ListParam(item_type or String()))
+        )
+        super().__init__(column, param)
 
 
 def _pair(element: FunctionElement[Any], compiler: Any, **kw: Any) -> tuple[str, str, Any]:
@@ -183,8 +193,13 @@ class lookup_int(FunctionElement[int]):
     type = BigInteger()
     inherit_cache = True
 
-    def __init__(self, key: ColumnElement[Any], mapping: Mapping[str, int]) -> None:
-        super().__init__(key, bindparam(None, json.dumps(dict(mapping)), type_=UnicodeText()))
+    def __init__(self, key: ColumnElement[Any], mapping: BindParameter[Any] | Mapping[str, int]) -> None:
+        param = (
+            mapping
+            if isinstance(mapping, BindParameter)
+            else bindparam(None, json.dumps(dict(mapping)), type_=UnicodeText())
+        )
+        super().__init__(key, param)
 
 
 @compiles(lookup_int, "postgresql")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import logging
 import random
 import time
@@ -17,6 +18,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     Table,
+    UnicodeText,
     and_,
     bindparam,
     case,
@@ -42,7 +44,7 @@ from chokaq.settings import StorageSettings
 from chokaq.storage.engine import build_engine, is_transient
 from chokaq.storage.records import archive_record, dlq_record, hot_record
 from chokaq.storage.schema import SCHEMA, jobs_archive, jobs_dlq, jobs_hot, queues, stats_summary
-from chokaq.storage.sqlfuncs import claim_lock, in_list, lookup_int, row_lock, utc_offset, utcnow
+from chokaq.storage.sqlfuncs import ListParam, claim_lock, in_list, lookup_int, row_lock, utc_offset, utcnow
 
 log = logging.getLogger("chokaq.storage")
 T = TypeVar("T")
@@ -95,6 +97,127 @@ def _claim_statement(by_queue: bool, limited: bool, limit: int) -> Any:
         .where(jobs_hot.c.Id.in_(select(chosen.c.Id)))
         .values(Status=FETCHED, WorkerId=bindparam("claim_worker"), LastUpdatedUtc=utcnow())
         .returning(*jobs_hot.c)
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _fence(groups: int) -> ColumnElement[bool]:
+    """JobsHot rows a worker still owns at exactly the attempt each of its leases names.
+
+    Bound by :func:`fence_params`. Leases are grouped by attempt number, so there is one
+    statement per count of distinct attempts (nearly always one), not one per batch size.
+    """
+    if groups < 1:
+        raise ValueError("a fence needs at least one lease")
+    hot = jobs_hot.c
+    return and_(
+        hot.WorkerId == bindparam("fence_worker", type_=hot.WorkerId.type),
+        or_(
+            *(
+                and_(
+                    hot.AttemptCount == bindparam(f"fence_attempt_{i}", type_=hot.AttemptCount.type),
+                    in_list(hot.Id, bindparam(f"fence_ids_{i}", type_=ListParam(hot.Id.type))),
+                )
+                for i in range(groups)
+            )
+        ),
+    )
+
+
+def fence_params(worker_id: str, leases: Iterable[Lease]) -> tuple[int, dict[str, Any]]:
+    """``(groups, parameters)`` for :func:`_fence`."""
+    by_attempt: dict[int, list[str]] = defaultdict(list)
+    for lease in leases:
+        if lease.worker_id != worker_id:
+            raise ValueError("all leases in one move must belong to one worker")
+        by_attempt[lease.attempt].append(lease.job_id)
+    params: dict[str, Any] = {"fence_worker": worker_id}
+    for i, (attempt, ids) in enumerate(by_attempt.items()):
+        params[f"fence_attempt_{i}"] = attempt
+        params[f"fence_ids_{i}"] = ids
+    return len(by_attempt), params
+
+
+def move_statements(
+    source: Table, where: ColumnElement[bool], target: Table, values: dict[str, ColumnElement[Any]]
+) -> tuple[Any, Any]:
+    """The two statements of :meth:`Storage.move_in_db`: INSERT ... SELECT under a row lock, and
+    the DELETE of the same rows. ``values`` are SQL expressions for target columns that the
+    source lacks or that change."""
+    names = [col.name for col in target.c if col.name in values or col.name in source.c]
+    rows = select(*[values[n] if n in values else source.c[n] for n in names]).where(where)
+    # The lock keeps a concurrent move (the sweep, an operator) from taking a row between the
+    # copy and the delete; without it a job could land in two tables.
+    copy = insert(target).from_select(names, row_lock(rows, source))
+    # SQLAlchemy keeps rowcount for UPDATE and DELETE only unless asked.
+    copy = copy.execution_options(preserve_rowcount=True)
+    return copy, delete(source).where(where).returning(source.c.Id, source.c.Queue)
+
+
+@functools.lru_cache(maxsize=32)
+def _complete_statements(groups: int) -> tuple[Any, Any]:
+    values: dict[str, ColumnElement[Any]] = {
+        "FinishedAtUtc": utcnow(),
+        "DurationMs": lookup_int(jobs_hot.c.Id, bindparam("durations", type_=UnicodeText())),
+    }
+    where = and_(_fence(groups), status_is(jobs_hot.c.Status, PROCESSING))
+    return move_statements(jobs_hot, where, jobs_archive, values)
+
+
+@functools.lru_cache(maxsize=1)
+def _fail_statements() -> tuple[Any, Any]:
+    values: dict[str, ColumnElement[Any]] = {
+        "FailedAtUtc": utcnow(),
+        "FailureReason": bindparam("failure_reason", type_=jobs_dlq.c.FailureReason.type),
+        "ErrorDetails": bindparam("error_details", type_=jobs_dlq.c.ErrorDetails.type),
+    }
+    return move_statements(jobs_hot, and_(_fence(1), status_is(jobs_hot.c.Status, PROCESSING)), jobs_dlq, values)
+
+
+@functools.lru_cache(maxsize=64)
+def _start_statement(groups: int, zombie_retry: bool) -> Any:
+    hot = jobs_hot.c
+    paused = exists().where(queues.c.Name == hot.Queue, queues.c.IsPaused == true())
+    retry_flag: Any = (
+        case((in_list(hot.Type, bindparam("zombie_types", type_=ListParam(hot.Type.type))), true()), else_=false())
+        if zombie_retry
+        else false()
+    )
+    return (
+        update(jobs_hot)
+        .where(_fence(groups), status_is(hot.Status, FETCHED), ~paused)
+        .values(
+            Status=PROCESSING,
+            AttemptCount=hot.AttemptCount + 1,
+            StartedAtUtc=utcnow(),
+            HeartbeatUtc=utcnow(),
+            LastUpdatedUtc=utcnow(),
+            ZombieRetry=retry_flag,
+        )
+        # Only what changed: the caller already holds the rest of each row.
+        .returning(hot.Id, hot.AttemptCount, hot.StartedAtUtc, hot.HeartbeatUtc, hot.LastUpdatedUtc, hot.ZombieRetry)
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _heartbeat_statement(groups: int) -> Any:
+    hot = jobs_hot.c
+    return (
+        update(jobs_hot)
+        .where(_fence(groups), status_is(hot.Status, PROCESSING))
+        .values(HeartbeatUtc=utcnow())
+        .returning(hot.Id)
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _release_statement(groups: int) -> Any:
+    hot = jobs_hot.c
+    return (
+        update(jobs_hot)
+        .where(_fence(groups), status_is(hot.Status, FETCHED))
+        .values(Status=PENDING, WorkerId=None, LastUpdatedUtc=utcnow())
+        .returning(hot.Id)
     )
 
 
@@ -258,21 +381,6 @@ class Storage:
                         .where(stats_summary.c.Queue == queue)
                         .values({col: col + sign * n, stats_summary.c.LastActivityUtc: utcnow()})
                     )
-
-    @staticmethod
-    def fenced(table: Table, worker_id: str, leases: Iterable[Lease]) -> ColumnElement[bool]:
-        """Rows still owned by ``worker_id`` at exactly the attempt each lease names."""
-        by_attempt: dict[int, list[str]] = defaultdict(list)
-        for lease in leases:
-            if lease.worker_id != worker_id:
-                raise ValueError("all leases in one move must belong to one worker")
-            by_attempt[lease.attempt].append(lease.job_id)
-        if not by_attempt:
-            return false()
-        return and_(
-            table.c.WorkerId == worker_id,
-            or_(*(and_(table.c.AttemptCount == a, in_list(table.c.Id, ids)) for a, ids in by_attempt.items())),
-        )
 
     @staticmethod
     def _notify(conn: Connection, queue: str) -> None:
@@ -450,38 +558,13 @@ class Storage:
         if not jobs:
             return StartResult([], [], [])
         leases = [j.lease for j in jobs]
-        paused = exists().where(queues.c.Name == jobs_hot.c.Queue, queues.c.IsPaused == true())
-        retry_flag: Any = (
-            case((jobs_hot.c.Type.in_(list(zombie_retry_types)), true()), else_=false())
-            if zombie_retry_types
-            else false()
-        )
-        hot = jobs_hot.c
+        groups, params = fence_params(worker_id, leases)
+        if zombie_retry_types:
+            params["zombie_types"] = list(zombie_retry_types)
+        stmt = _start_statement(groups, bool(zombie_retry_types))
 
         def work(c: Connection) -> list[Any]:
-            return list(
-                c.execute(
-                    update(jobs_hot)
-                    .where(self.fenced(jobs_hot, worker_id, leases), status_is(hot.Status, FETCHED), ~paused)
-                    .values(
-                        Status=PROCESSING,
-                        AttemptCount=hot.AttemptCount + 1,
-                        StartedAtUtc=utcnow(),
-                        HeartbeatUtc=utcnow(),
-                        LastUpdatedUtc=utcnow(),
-                        ZombieRetry=retry_flag,
-                    )
-                    # Only what changed: the caller already holds the rest of each row.
-                    .returning(
-                        hot.Id,
-                        hot.AttemptCount,
-                        hot.StartedAtUtc,
-                        hot.HeartbeatUtc,
-                        hot.LastUpdatedUtc,
-                        hot.ZombieRetry,
-                    )
-                )
-            )
+            return list(c.execute(stmt, params))
 
         by_id = {j.id: j for j in jobs}
         started = [
@@ -503,13 +586,8 @@ class Storage:
         return StartResult(started, released, lost)
 
     def _release(self, c: Connection, worker_id: str, leases: Sequence[Lease]) -> list[str]:
-        rows = c.execute(
-            update(jobs_hot)
-            .where(self.fenced(jobs_hot, worker_id, leases), status_is(jobs_hot.c.Status, FETCHED))
-            .values(Status=PENDING, WorkerId=None, LastUpdatedUtc=utcnow())
-            .returning(jobs_hot.c.Id)
-        ).all()
-        return [r[0] for r in rows]
+        groups, params = fence_params(worker_id, leases)
+        return [r[0] for r in c.execute(_release_statement(groups), params)]
 
     def release(self, worker_id: str, leases: Sequence[Lease]) -> list[str]:
         """Fetched -> Pending for jobs this worker reserved but will not start (shutdown)."""
@@ -523,14 +601,11 @@ class Storage:
         if not leases:
             return set()
 
+        groups, params = fence_params(worker_id, leases)
+        stmt = _heartbeat_statement(groups)
+
         def work(c: Connection) -> set[str]:
-            rows = c.execute(
-                update(jobs_hot)
-                .where(self.fenced(jobs_hot, worker_id, leases), status_is(jobs_hot.c.Status, PROCESSING))
-                .values(HeartbeatUtc=utcnow())
-                .returning(jobs_hot.c.Id)
-            ).all()
-            return {r[0] for r in rows}
+            return {r[0] for r in c.execute(stmt, params)}
 
         return self.write_one(work, op="heartbeat")
 
@@ -559,48 +634,31 @@ class Storage:
             )
         return rows
 
-    def move_in_db(
-        self,
-        c: Connection,
-        source: Table,
-        where: ColumnElement[bool],
-        target: Table,
-        values: dict[str, ColumnElement[Any]],
-    ) -> list[tuple[str, str]]:
-        """Move matching rows like :meth:`move_rows`, but without carrying them through Python:
-        INSERT ... SELECT copies them under a row lock, then DELETE removes the same rows.
+    def move_in_db(self, c: Connection, statements: tuple[Any, Any], params: dict[str, Any]) -> list[tuple[str, str]]:
+        """Move rows like :meth:`move_rows`, but without carrying them through Python: the
+        statements of :func:`move_statements` copy them under a row lock, then delete them.
 
         The worker's hot path uses this: shipping every payload out and back in cost more client
-        time than the rest of a job's bookkeeping. ``values`` are SQL expressions for the target
-        columns the source lacks or that change. Returns ``(Id, Queue)`` of each moved row.
+        time than the rest of a job's bookkeeping. Returns ``(Id, Queue)`` of each moved row.
         """
-        names = [col.name for col in target.c if col.name in values or col.name in source.c]
-        rows = select(*[values[n] if n in values else source.c[n] for n in names]).where(where)
-        # The lock keeps a concurrent move (the sweep, an operator) from taking a row between the
-        # copy and the delete; without it a job could land in two tables.
-        copy = insert(target).from_select(names, row_lock(rows, source))
-        # SQLAlchemy keeps rowcount for UPDATE and DELETE only unless asked.
-        copied = c.execute(copy.execution_options(preserve_rowcount=True)).rowcount
-        moved = [(r[0], r[1]) for r in c.execute(delete(source).where(where).returning(source.c.Id, source.c.Queue))]
+        copy, remove = statements
+        copied = c.execute(copy, params).rowcount
+        moved = [(r[0], r[1]) for r in c.execute(remove, params)]
         if copied != len(moved):
             # Rolls the whole transaction back: nothing is half-moved.
-            raise RuntimeError(f"move {source.name} -> {target.name}: copied {copied} rows but deleted {len(moved)}")
+            raise RuntimeError(f"move: copied {copied} rows but deleted {len(moved)}")
         return moved
 
     def complete(self, worker_id: str, done: Sequence[Completion]) -> set[str]:
         """Processing -> Archive for a batch of successes, in one transaction."""
         if not done:
             return set()
-        where = and_(
-            self.fenced(jobs_hot, worker_id, [d.lease for d in done]), status_is(jobs_hot.c.Status, PROCESSING)
-        )
-        values: dict[str, ColumnElement[Any]] = {
-            "FinishedAtUtc": utcnow(),
-            "DurationMs": lookup_int(jobs_hot.c.Id, {d.lease.job_id: d.duration_ms for d in done}),
-        }
+        groups, params = fence_params(worker_id, [d.lease for d in done])
+        params["durations"] = json.dumps({d.lease.job_id: d.duration_ms for d in done})
+        statements = _complete_statements(groups)
 
         def work(c: Connection) -> set[str]:
-            moved = self.move_in_db(c, jobs_hot, where, jobs_archive, values)
+            moved = self.move_in_db(c, statements, params)
             self.bump_stats(c, "SucceededTotal", Counter(queue for _, queue in moved))
             return {job_id for job_id, _ in moved}
 
@@ -621,14 +679,11 @@ class Storage:
     def fail(self, lease: Lease, reason: FailureReason, error_details: str | None) -> bool:
         """Processing -> DLQ. False when the worker no longer owns the job (a stale move)."""
 
+        _, params = fence_params(lease.worker_id, [lease])
+        params.update(failure_reason=int(reason), error_details=error_details)
+
         def work(c: Connection) -> bool:
-            where = and_(self.fenced(jobs_hot, lease.worker_id, [lease]), status_is(jobs_hot.c.Status, PROCESSING))
-            values: dict[str, ColumnElement[Any]] = {
-                "FailedAtUtc": utcnow(),
-                "FailureReason": literal(int(reason)),
-                "ErrorDetails": literal(error_details, jobs_dlq.c.ErrorDetails.type),
-            }
-            moved = self.move_in_db(c, jobs_hot, where, jobs_dlq, values)
+            moved = self.move_in_db(c, _fail_statements(), params)
             self.bump_stats(c, "FailedTotal", Counter(queue for _, queue in moved))
             return bool(moved)
 
@@ -637,10 +692,12 @@ class Storage:
     def retry(self, lease: Lease, delay_seconds: float) -> bool:
         """Processing -> Pending, due after ``delay_seconds``."""
 
+        groups, params = fence_params(lease.worker_id, [lease])
+
         def work(c: Connection) -> bool:
             rows = c.execute(
                 update(jobs_hot)
-                .where(self.fenced(jobs_hot, lease.worker_id, [lease]), status_is(jobs_hot.c.Status, PROCESSING))
+                .where(_fence(groups), status_is(jobs_hot.c.Status, PROCESSING))
                 .values(
                     Status=PENDING,
                     WorkerId=None,
@@ -648,7 +705,8 @@ class Storage:
                     ScheduledAtUtc=utc_offset(literal(float(delay_seconds))),
                     LastUpdatedUtc=utcnow(),
                 )
-                .returning(jobs_hot.c.Queue)
+                .returning(jobs_hot.c.Queue),
+                params,
             ).all()
             self.bump_stats(c, "RetriedTotal", Counter(r[0] for r in rows))
             return bool(rows)
@@ -660,10 +718,12 @@ class Storage:
         if not leases:
             return []
 
+        groups, params = fence_params(worker_id, leases)
+
         def work(c: Connection) -> list[str]:
             rows = c.execute(
                 update(jobs_hot)
-                .where(self.fenced(jobs_hot, worker_id, leases), status_is(jobs_hot.c.Status, PROCESSING))
+                .where(_fence(groups), status_is(jobs_hot.c.Status, PROCESSING))
                 .values(
                     Status=PENDING,
                     WorkerId=None,
@@ -672,7 +732,8 @@ class Storage:
                     ScheduledAtUtc=utcnow(),
                     LastUpdatedUtc=utcnow(),
                 )
-                .returning(jobs_hot.c.Id)
+                .returning(jobs_hot.c.Id),
+                params,
             ).all()
             return [r[0] for r in rows]
 

@@ -171,7 +171,7 @@ def test_worker_moves_copy_under_a_row_lock(captured: tuple[Storage, list[str]])
             assert "FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK)" in copy, copy
             assert "[Status] = 2" in copy, copy
     archive = next(s for s in seen if s.startswith("INSERT INTO chokaq.[JobsArchive]") and " SELECT " in s)
-    assert """CAST(JSON_VALUE(:param_1, CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT)""" in archive, archive
+    assert """CAST(JSON_VALUE(:durations, CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT)""" in archive, archive
 
 
 def test_time_arithmetic_is_sql_servers(captured: tuple[Storage, list[str]]) -> None:
