@@ -100,6 +100,16 @@ def _claim_statement(by_queue: bool, limited: bool, limit: int) -> Any:
     )
 
 
+@functools.lru_cache(maxsize=8)
+def _bump_statement(column: str) -> Any:
+    col = stats_summary.c[column]
+    return (
+        update(stats_summary)
+        .where(stats_summary.c.Queue == bindparam("stats_queue"))
+        .values({col: col + bindparam("stats_delta", type_=col.type), stats_summary.c.LastActivityUtc: utcnow()})
+    )
+
+
 @functools.lru_cache(maxsize=32)
 def _fence(groups: int) -> ColumnElement[bool]:
     """JobsHot rows a worker still owns at exactly the attempt each of its leases names.
@@ -358,29 +368,20 @@ class Storage:
 
     def bump_stats(self, conn: Connection, column: str, per_queue: Counter[str], sign: int = 1) -> None:
         """Add to one StatsSummary counter per queue, creating the row when it is missing."""
-        col = stats_summary.c[column]
+        bump = _bump_statement(column)
         for queue, n in per_queue.items():
             if not n:
                 continue
-            res = conn.execute(
-                update(stats_summary)
-                .where(stats_summary.c.Queue == queue)
-                .values({col: col + sign * n, stats_summary.c.LastActivityUtc: utcnow()})
-            )
-            if res.rowcount == 0:
-                try:
-                    with conn.begin_nested():
-                        conn.execute(
-                            insert(stats_summary).values(
-                                {"Queue": queue, column: sign * n, "LastActivityUtc": utcnow()}
-                            )
-                        )
-                except IntegrityError:
+            params = {"stats_queue": queue, "stats_delta": sign * n}
+            if conn.execute(bump, params).rowcount:
+                continue
+            try:
+                with conn.begin_nested():
                     conn.execute(
-                        update(stats_summary)
-                        .where(stats_summary.c.Queue == queue)
-                        .values({col: col + sign * n, stats_summary.c.LastActivityUtc: utcnow()})
+                        insert(stats_summary).values({"Queue": queue, column: sign * n, "LastActivityUtc": utcnow()})
                     )
+            except IntegrityError:
+                conn.execute(bump, params)  # another transaction created it first
 
     @staticmethod
     def _notify(conn: Connection, queue: str) -> None:
