@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -61,6 +61,7 @@ class Running:
     task: asyncio.Task[Any] | None = None
     thread: Future[Any] | None = None
     started: float = field(default_factory=time.monotonic)
+    traced: bool = False
 
 
 def default_worker_id() -> str:
@@ -286,6 +287,8 @@ class Worker:
         self._conflict("start", len(result.lost))
         now = datetime.now(UTC).replace(tzinfo=None)
         ins = instruments()
+        # Looked up once per batch: asking OpenTelemetry for its provider is not free.
+        traced = tracing_active()
         for rec in result.started:
             fetched = by_id[rec.id]
             if fetched.scheduled_at_utc is not None:
@@ -296,7 +299,7 @@ class Worker:
             ctx = JobContext(
                 job_id=rec.id, attempt=rec.attempt_count, queue=rec.queue, type=rec.type, worker_id=self.id
             )
-            run = Running(record=rec, lease=rec.lease, ctx=ctx)
+            run = Running(record=rec, lease=rec.lease, ctx=ctx, traced=traced)
             self.running[rec.id] = run
             self.executing.add(rec.id)
             self.stats["started"] += 1
@@ -310,8 +313,9 @@ class Worker:
         outcome: Outcome
         # Without a configured tracer provider every span is a no-op that still costs a job a
         # noticeable share of its bookkeeping; skip it then.
-        traced = tracing_active()
-        with tracer().start_as_current_span(f"chokaq.job {rec.type}") if traced else contextlib.nullcontext() as span:
+        with (
+            tracer().start_as_current_span(f"chokaq.job {rec.type}") if run.traced else contextlib.nullcontext()
+        ) as span:
             if span is not None and span.is_recording():
                 span.set_attributes(
                     {
@@ -441,11 +445,14 @@ class Worker:
                     done = await self._db(
                         self.storage.complete, self.id, [Completion(o.lease, o.duration_ms) for o in successes]
                     )
+                    archived: Counter[tuple[str, str]] = Counter()
                     for o in successes:
                         if o.record.id in done:
-                            self.stats["succeeded"] += 1
-                            ins.completed.add(1, {"queue": o.record.queue, "type": o.record.type})
+                            archived[(o.record.queue, o.record.type)] += 1
                             bus.publish("job.archived", id=o.record.id, queue=o.record.queue, type=o.record.type)
+                    for (queue, type_), n in archived.items():
+                        ins.completed.add(n, {"queue": queue, "type": type_})
+                    self.stats["succeeded"] += len(done)
                     self._conflict("complete", len(successes) - len(done))
                     successes = []
                 break
