@@ -79,6 +79,11 @@ def parse_args() -> Any:
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument("--bench-python", default=os.path.join(ROOT, ".venv-bench", "bin", "python"))
     p.add_argument("--json", action="store_true", help="also print one JSON object per row")
+    p.add_argument(
+        "--analyze",
+        action="store_true",
+        help="every system's queue table is ANALYZEd after its bulk enqueue (steady-state planner statistics)",
+    )
     p.add_argument("--hard-timeout", type=float, default=1500.0)
     return p.parse_args()
 
@@ -108,6 +113,7 @@ def table(rows: list[dict[str, Any]]) -> None:
         ("chokaq/peer", "ratio", None),
         ("p50 ms", "p50_ms", 2),
         ("p99 ms", "p99_ms", 2),
+        ("cpu us/job", "cpu_us_per_job", 0),
         ("stmts/job", "stmts_per_job", 3),
         ("rt/job", "rt_per_job", 3),
         ("srv tx/job", "server_tx_per_job", 3),
@@ -134,7 +140,7 @@ def main() -> int:
     log(f"compare: load average {os.getloadavg()}, versions {versions()}")
     ver = versions()
     n = args.jobs
-    common = ["--jobs", str(n), "--batch-size", str(args.batch_size)]
+    common = ["--jobs", str(n), "--batch-size", str(args.batch_size), *(["--analyze"] if args.analyze else [])]
 
     # ------------------------------------------------------------ throughput, interleaved
     ck: dict[tuple[str, int], list[dict[str, Any]]] = {(b, c): [] for b in backends for c in concs}
@@ -143,7 +149,7 @@ def main() -> int:
     for rnd in range(1, args.rounds + 1):
         for b in backends:
             for c in concs:
-                res = throughput_round(b, n, c, args.batch_size, rnd)
+                res = throughput_round(b, n, c, args.batch_size, rnd, args.analyze)
                 ck[(b, c)].append(res)
                 log(f"round {rnd}: chokaq {b} C={c}: {n / res['seconds']:,.0f} jobs/s (load {res['loadavg']:.2f})")
         for name, (script, db, _) in peers.items():
@@ -164,12 +170,17 @@ def main() -> int:
                 drop_database(db)
             log(f"round {rnd}: {name}: {row['jobs_per_s']:,.0f} jobs/s (load {load:.2f})")
 
+    # Statement counts come from one extra round per chokaq configuration: the counting hooks
+    # would slow the timed rounds, and the peers run uninstrumented.
+    counted = {
+        (b, c): throughput_round(b, n, c, args.batch_size, 0, args.analyze, count=True) for (b, c) in ck if ck[(b, c)]
+    }
     rows: list[dict[str, Any]] = []
     ck_rate: dict[tuple[str, int], float] = {}
     for (b, c), rounds in ck.items():
         if not rounds:
             continue
-        pj = per_job(rounds, n)
+        pj = per_job([counted[(b, c)]], n)
         rate = n / median(r["seconds"] for r in rounds)
         ck_rate[(b, c)] = rate
         rows.append(
@@ -178,6 +189,7 @@ def main() -> int:
                 "backend": backend_label(b),
                 "c": c,
                 "jobs_per_s": rate,
+                "cpu_us_per_job": median(r["cpu_us_per_job"] for r in rounds),
                 "stmts_per_job": pj["stmts_per_job"],
                 "rt_per_job": pj["round_trips_per_job"],
                 "server_tx_per_job": pj["server_tx_per_job"],
@@ -199,6 +211,7 @@ def main() -> int:
                 "c": max(args.peer_concurrency, 2 * args.batch_size) if name == "pgqueuer" else args.peer_concurrency,
                 "jobs_per_s": rate,
                 "server_tx_per_job": srv,
+                "cpu_us_per_job": median(r["cpu_us_per_job"] for r in rounds if r.get("cpu_us_per_job") is not None),
                 "rt_per_job": srv * PEERS[name][2] if srv else None,
                 "loadavg": median(r["loadavg"] for r in rounds),
                 "per_round": [r["jobs_per_s"] for r in rounds],

@@ -340,8 +340,10 @@ def archive_count(app: Any) -> int:
 
 
 def throughput_round(
-    backend: str, n: int, concurrency: int, batch: int, rnd: int, analyze: bool = False
+    backend: str, n: int, concurrency: int, batch: int, rnd: int, analyze: bool = False, count: bool = False
 ) -> dict[str, Any]:
+    """One round. ``count=True`` attaches the statement counter: its engine hooks cost the worker
+    a few per cent, so timed rounds run without it and one extra round counts."""
     with fresh_database(backend) as url:
         app = make_app(url, concurrency, batch)
         state: dict[str, Any] = {"seen": 0, "first": 0.0, "done": threading.Event()}
@@ -357,12 +359,14 @@ def throughput_round(
         enqueue_s = enqueue_noops(app, n)
         if analyze and backend == "postgres":
             analyze_table(DB, 'chokaq."JobsHot"')
-        counter = StatementCounter().attach(app.storage.engine)
+        counter = StatementCounter().attach(app.storage.engine) if count else None
         wt = WorkerThread(app, concurrency)
         try:
             with CpuSampler() as cpu:
-                counter.active = True
+                if counter is not None:
+                    counter.active = True
                 t0 = time.perf_counter()
+                cpu0 = time.process_time()
                 wt.start()
                 if not state["done"].wait(PHASE_TIMEOUT):
                     raise TimeoutError(f"round {rnd}: handler saw {state['seen']}/{n} in {PHASE_TIMEOUT:.0f}s")
@@ -372,12 +376,16 @@ def throughput_round(
                         raise TimeoutError(f"round {rnd}: {wt.worker.stats} after 30 s")
                     time.sleep(0.001)
                 t1 = time.perf_counter()
-                counter.active = False
+                cpu1 = time.process_time()
+                if counter is not None:
+                    counter.active = False
         finally:
-            counter.active = False
+            if counter is not None:
+                counter.active = False
             wt.stop()
-        counts = counter.snapshot()
-        counter.detach()
+        counts = counter.snapshot() if counter is not None else None
+        if counter is not None:
+            counter.detach()
         archived = archive_count(app)
         if archived != n:
             log(f"WARNING round {rnd}: JobsArchive has {archived} rows, expected {n}")
@@ -396,6 +404,8 @@ def throughput_round(
         "cpu": cpu.note(),
         "loadavg": cpu.loadavg,
         "counts": counts,
+        # CPU time of this process (all threads) per job: the worker's own cost, steadier than jobs/s.
+        "cpu_us_per_job": (cpu1 - cpu0) / n * 1e6,
         "worker_stats": stats,
         "server_commits": commits,
     }
@@ -527,26 +537,33 @@ def run(args: Any, backend: str, concurrency: int) -> list[tuple[BenchResult, di
         for r in range(1, args.rounds + 1):
             res = throughput_round(backend, args.jobs, concurrency, args.batch_size, r, args.analyze)
             rounds.append(res)
-            c = res["counts"]
             log(
                 f"chokaq {backend} C={concurrency} round {r}: {args.jobs} jobs in {res['seconds']:.3f}s = "
                 f"{args.jobs / res['seconds']:,.0f} jobs/s (first start->all archived "
-                f"{res['steady_rate']:,.0f}/s; enqueue {res['enqueue_s']:.2f}s; {c['statements']} statements, "
-                f"{c['transactions']} transactions, {c['round_trips']} round trips; load {res['loadavg']:.2f}; "
-                f"{res['cpu']})"
+                f"{res['steady_rate']:,.0f}/s; enqueue {res['enqueue_s']:.2f}s; "
+                f"{res['cpu_us_per_job']:.0f} us CPU/job in this process; load {res['loadavg']:.2f}; {res['cpu']})"
             )
-        pj = per_job(rounds, args.jobs)
+        counted = throughput_round(backend, args.jobs, concurrency, args.batch_size, 0, args.analyze, count=True)
+        c = counted["counts"]
+        log(
+            f"chokaq {backend} C={concurrency} counting round (not timed): {c['statements']} statements, "
+            f"{c['transactions']} transactions, {c['round_trips']} round trips"
+        )
+        pj = per_job([counted], args.jobs)
         med = median(r["seconds"] for r in rounds)
         per_round = ", ".join(f"{args.jobs / r['seconds']:,.0f}" for r in rounds)
         srv = f"{pj['server_tx_per_job']:.2f}" if pj["server_tx_per_job"] is not None else "n/a"
         notes = (
             f"worker start -> all {args.jobs} archived, median of {len(rounds)} rounds (per round jobs/s: "
-            f"{per_round}); first job start -> all archived median "
+            f"{per_round}); worker process CPU median {median(r['cpu_us_per_job'] for r in rounds):.0f} us/job; "
+            f"{'queue table ANALYZEd after enqueue' if args.analyze else 'queue table never ANALYZEd'}; "
+            f"first job start -> all archived median "
             f"{median(r['steady_rate'] for r in rounds):,.0f} jobs/s; worker startup median "
             f"{median(r['startup_s'] for r in rounds) * 1000:.0f} ms; bulk enqueue median "
             f"{median(r['enqueue_s'] for r in rounds):.2f}s; per job: {pj['stmts_per_job']:.3f} statements, "
             f"{pj['tx_per_job']:.3f} transactions, {pj['round_trips_per_job']:.3f} round trips "
-            f"(statements + BEGIN + COMMIT of explicit transactions); server xact_commit/job (whole round) {srv}; "
+            f"(statements + BEGIN + COMMIT of explicit transactions; from one extra counting round); "
+            f"server xact_commit/job (whole round) {srv}; "
             f"breakdown: {pj['breakdown']}; {settings_note}; "
             + "; ".join(f"r{i + 1} load {r['loadavg']:.2f}, {r['cpu']}" for i, r in enumerate(rounds))
         )
@@ -558,6 +575,8 @@ def run(args: Any, backend: str, concurrency: int) -> list[tuple[BenchResult, di
             "loadavg": median(r["loadavg"] for r in rounds),
             "per_round_jobs_per_s": [args.jobs / r["seconds"] for r in rounds],
             "steady_jobs_per_s": median(r["steady_rate"] for r in rounds),
+            "cpu_us_per_job": median(r["cpu_us_per_job"] for r in rounds),
+            "analyze": args.analyze,
         }
         out.append((res, extra))
     for producer in ("separate", "same") if args.latency_jobs > 0 else ():

@@ -114,6 +114,7 @@ class BenchResult:
     p50_ms: float  # latency rows only; nan otherwise
     p99_ms: float
     notes: str = ""
+    cpu_us_per_job: float = math.nan  # CPU time of the benchmark process (all threads) per job
 
     def to_json(self) -> str:
         def clean(v: Any) -> Any:
@@ -277,7 +278,8 @@ class CpuSampler:
         wall = time.perf_counter() - self._w0
         ncpu = os.cpu_count() or 1
         self.machine_pct = 100.0 * (b1 - self._b0) / max(1, t1 - self._t0)  # of all cores
-        self.self_pct = 100.0 * (sum(os.times()[:2]) - self._self0) / max(1e-9, wall) / ncpu
+        self.self_seconds = sum(os.times()[:2]) - self._self0
+        self.self_pct = 100.0 * self.self_seconds / max(1e-9, wall) / ncpu
         self.loadavg = os.getloadavg()[0]
 
     def note(self) -> str:
@@ -305,9 +307,12 @@ def summarize(
         jobs_per_s=n / med,
         p50_ms=math.nan,
         p99_ms=math.nan,
+        cpu_us_per_job=median(r["cpu_us_per_job"] for r in rounds),
         notes=(
             f"throughput from worker start to all {n} acknowledged, median of {len(rounds)} rounds "
-            f"(per round jobs/s: {per_round}); excluding worker startup (first job start -> all acked) "
+            f"(per round jobs/s: {per_round}); worker process CPU median "
+            f"{median(r['cpu_us_per_job'] for r in rounds):.0f} us/job; "
+            f"excluding worker startup (first job start -> all acked) "
             f"median {median(r['steady_rate'] for r in rounds):,.0f} jobs/s; worker startup median "
             f"{median(r['startup_s'] for r in rounds) * 1000:.0f} ms; bulk enqueue median "
             f"{median(r['enqueue_s'] for r in rounds):.3f}s; {settings_note}; "
@@ -321,5 +326,5 @@ def round_line(name: str, n: int, rnd: int, res: dict[str, Any]) -> str:
         f"{name} round {rnd}: {n} jobs in {res['seconds']:.3f}s = {n / res['seconds']:,.0f} jobs/s "
         f"(startup {res['startup_s'] * 1000:.0f} ms, "
         f"first start->all acked {res['steady_rate']:,.0f} jobs/s; "
-        f"bulk enqueue {res['enqueue_s']:.3f}s; {res['cpu']})"
+        f"bulk enqueue {res['enqueue_s']:.3f}s; {res['cpu_us_per_job']:.0f} us CPU/job in this process; {res['cpu']})"
     )

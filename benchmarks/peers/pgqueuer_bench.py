@@ -239,6 +239,7 @@ async def throughput_round(args: Any, rnd: int) -> dict[str, Any]:
             "enqueue_s": enq.seconds,
             "startup_s": first_start - t0,
             "steady_rate": (n - 1) / (t1 - first_start) if t1 > first_start else float("nan"),
+        "cpu_us_per_job": cpu.self_seconds / n * 1e6,
             "cpu": cpu.note(),
         }
     finally:

@@ -198,6 +198,7 @@ async def throughput_round(args: Any, rnd: int) -> dict[str, Any]:
         "enqueue_s": enq.seconds,
         "startup_s": first - t0,
         "steady_rate": (n - 1) / (t1 - first) if t1 > first else float("nan"),
+        "cpu_us_per_job": cpu.self_seconds / n * 1e6,
         "cpu": cpu.note(),
     }
 
