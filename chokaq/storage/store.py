@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import logging
@@ -553,8 +552,8 @@ class Storage:
 
     def start(self, worker_id: str, jobs: Sequence[JobRecord], zombie_retry_types: Collection[str] = ()) -> StartResult:
         """Fetched -> Processing for jobs this worker fetched: the last ownership check before user
-        code runs. Returns the started jobs as records; jobs whose queue was paused meanwhile are
-        released to Pending right after.
+        code runs. The records of the jobs that started are updated in place and returned; jobs
+        whose queue was paused meanwhile are released to Pending right after.
         """
         if not jobs:
             return StartResult([], [], [])
@@ -568,18 +567,17 @@ class Storage:
             return list(c.execute(stmt, params))
 
         by_id = {j.id: j for j in jobs}
-        started = [
-            dataclasses.replace(
-                by_id[r[0]],
-                status=JobStatus.PROCESSING,
-                attempt_count=r[1],
-                started_at_utc=r[2],
-                heartbeat_utc=r[3],
-                last_updated_utc=r[4],
-                zombie_retry=bool(r[5]),
-            )
-            for r in self.write_one(work, op="start")
-        ]
+        started = []
+        for job_id, attempt, started_at, heartbeat, updated, zombie_retry in self.write_one(work, op="start"):
+            # Updated in place: the caller's records are its own fetched copies.
+            job = by_id[job_id]
+            job.status = JobStatus.PROCESSING
+            job.attempt_count = attempt
+            job.started_at_utc = started_at
+            job.heartbeat_utc = heartbeat
+            job.last_updated_utc = updated
+            job.zombie_retry = bool(zombie_retry)
+            started.append(job)
         got = {j.id for j in started}
         rest = [lease for lease in leases if lease.job_id not in got]
         released = self.release(worker_id, rest) if rest else []
