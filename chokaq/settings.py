@@ -68,6 +68,11 @@ class StorageSettings(BaseModel):
     pool_size: int = Field(default=10, ge=1, le=200)
     transient_retries: int = Field(default=5, ge=0, le=50)
     listen_notify: bool = Field(default=True, description="use LISTEN/NOTIFY on PostgreSQL")
+    refresh_statistics: bool = Field(
+        default=True,
+        description="PostgreSQL: each sweep ANALYZEs JobsHot when over 10% of it changed since the last "
+        "ANALYZE, instead of waiting up to a minute for autovacuum",
+    )
 
 
 class QueueSettings(BaseModel):

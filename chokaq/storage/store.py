@@ -30,6 +30,7 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    text,
     true,
     update,
 )
@@ -737,6 +738,39 @@ class Storage:
             return [r[0] for r in rows]
 
         return self.write(work, op="reschedule")
+
+    # ------------------------------------------------------------------ planner statistics
+    def refresh_statistics(self) -> bool:
+        """PostgreSQL only: ANALYZE JobsHot when more than 10% of it (and 1,000 rows) changed since
+        its last ANALYZE. Returns whether it did.
+
+        A burst into a new or quiet table leaves the planner believing there are almost no
+        Pending rows. It then claims by reading and sorting every Pending row instead of walking
+        the fetch index, so each claim costs O(backlog) until autovacuum catches up, which takes
+        up to autovacuum_naptime (a minute by default).
+        """
+        if self.dialect != "postgresql":
+            return False
+        row = self.read(
+            lambda c: c.execute(
+                text(
+                    "SELECT n_mod_since_analyze, n_live_tup FROM pg_stat_user_tables "
+                    "WHERE schemaname = :schema AND relname = :table"
+                ),
+                {"schema": SCHEMA, "table": jobs_hot.name},
+            ).first(),
+            op="statistics_check",
+        )
+        if row is None or row[0] <= max(1000, 0.1 * row[1]):
+            return False
+        table = f'{self.engine.dialect.identifier_preparer.format_table(jobs_hot)}'
+        self._retrying(lambda: self._autocommit(f"ANALYZE {table}"), op="analyze")
+        log.info("refreshed planner statistics of %s (%d of ~%d rows changed)", table, row[0], row[1])
+        return True
+
+    def _autocommit(self, sql: str) -> None:
+        with self.engine.connect() as raw:
+            raw.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(sql)
 
     # ------------------------------------------------------------------ recovery sweep
     def sweep(self, *, fetched_timeout: float, zombie_timeout: float, max_attempts: int) -> SweepResult:

@@ -1,0 +1,63 @@
+"""PostgreSQL planner statistics after a burst: the sweep refreshes them so claims walk the fetch
+index again instead of sorting the whole backlog (Storage.RefreshStatistics)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+
+from chokaq import ChokaQ
+from chokaq.domain.models import EnqueueRequest
+from chokaq.storage.store import _claim_statement
+from tests.helpers import wait_for
+
+
+def claim_plan(app: ChokaQ) -> str:
+    comp = _claim_statement(False, False, 20).compile(dialect=app.storage.engine.dialect)
+    params: dict[str, Any] = {**comp.params, "claim_worker": "w-plan"}
+
+    def explain(c: Any) -> str:
+        rows = c.exec_driver_sql("EXPLAIN " + comp.string, params).all()
+        c.rollback()  # EXPLAIN without ANALYZE claims nothing; roll back anyway
+        return "\n".join(r[0] for r in rows)
+
+    with app.storage.engine.connect() as c:
+        return explain(c)
+
+
+def changed_since_analyze(app: ChokaQ) -> int:
+    sql = "SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE schemaname = 'chokaq' AND relname = 'JobsHot'"
+    return int(app.storage.read(lambda c: c.execute(text(sql)).scalar_one()))
+
+
+def test_sweep_refreshes_statistics_after_a_burst(pg_url: str) -> None:
+    app = ChokaQ(storage_url=pg_url)
+    app.storage.upgrade()
+    for _ in range(5):
+        app.storage.enqueue_many([EnqueueRequest(type="t", payload="{}") for _ in range(4000)])
+    # Backends report their counts about once a second.
+    wait_for(lambda: changed_since_analyze(app) >= 20_000, timeout=15)
+    # The hazard: never analysed, the planner expects a handful of Pending rows and reads and
+    # sorts all of them for every claim.
+    stale = claim_plan(app)
+    assert "Sort" in stale and "Bitmap Heap Scan" in stale, stale
+
+    result = app.sweep()  # recovery sweep, then the statistics check
+    assert result.recovered == 0 and result.archived == 0
+    assert changed_since_analyze(app) < 1000
+    fresh = claim_plan(app)
+    # With statistics the claim walks the fetch index in order and stops after 20 rows.
+    assert "Index Scan using \"IX_JobsHot_FetchAny\"" in fresh, fresh
+    assert "Sort" not in fresh, fresh
+    # Nothing changed since: the next sweep leaves the statistics alone.
+    assert app.storage.refresh_statistics() is False
+    app.close()
+
+
+def test_refresh_statistics_is_a_no_op_elsewhere(tmp_path: Any) -> None:
+    app = ChokaQ(storage_url=f"sqlite:///{tmp_path / 's.db'}")
+    app.storage.upgrade()
+    app.storage.enqueue_many([EnqueueRequest(type="t", payload="{}") for _ in range(2000)])
+    assert app.storage.refresh_statistics() is False
+    app.close()
