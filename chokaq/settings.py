@@ -70,8 +70,8 @@ class StorageSettings(BaseModel):
     listen_notify: bool = Field(default=True, description="use LISTEN/NOTIFY on PostgreSQL")
     refresh_statistics: bool = Field(
         default=True,
-        description="PostgreSQL: each sweep ANALYZEs JobsHot when over 10% of it changed since the last "
-        "ANALYZE, instead of waiting up to a minute for autovacuum",
+        description="PostgreSQL: workers ANALYZE JobsHot (checked every ~10 s) when over 10% of it changed "
+        "since the last ANALYZE, instead of waiting a minute or more for autovacuum",
     )
 
 

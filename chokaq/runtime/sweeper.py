@@ -24,11 +24,6 @@ def run_sweep(storage: Storage, settings: ChokaQSettings) -> SweepResult:
         )
         span.set_attribute("chokaq.recovered", result.recovered)
         span.set_attribute("chokaq.archived", result.archived)
-    if settings.storage.refresh_statistics:
-        try:
-            storage.refresh_statistics()
-        except Exception:  # an optimisation: never let it fail the sweep
-            log.exception("refreshing planner statistics failed")
     ins = instruments()
     ins.sweeps.add(1)
     if result.archived:

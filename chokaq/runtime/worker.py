@@ -40,6 +40,7 @@ CANCEL_SHUTDOWN = "shutdown"
 CANCEL_HEARTBEAT = "heartbeat_failure"
 CANCEL_LOST = "lost_ownership"
 CANCEL_TIMEOUT = "timeout"
+STATISTICS_CHECK_SECONDS = 10.0
 
 
 @dataclass
@@ -176,15 +177,19 @@ class Worker:
             self.concurrency,
             self.prefetch,
         )
-        heartbeat = asyncio.create_task(self._heartbeat_loop(), name="chokaq-heartbeat")
-        finalizer = asyncio.create_task(self._finalize_loop(), name="chokaq-finalize")
+        helpers = [
+            asyncio.create_task(self._heartbeat_loop(), name="chokaq-heartbeat"),
+            asyncio.create_task(self._finalize_loop(), name="chokaq-finalize"),
+        ]
+        if self.settings.storage.refresh_statistics and self.storage.dialect == "postgresql":
+            helpers.append(asyncio.create_task(self._statistics_loop(), name="chokaq-statistics"))
         try:
             await self._dispatch_loop()
         finally:
             await self._shutdown()
-            heartbeat.cancel()
-            finalizer.cancel()
-            await asyncio.gather(heartbeat, finalizer, return_exceptions=True)
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
             unsubscribe()
             if listener is not None:
                 listener.set()
@@ -523,6 +528,18 @@ class Worker:
                 self._conflict("heartbeat", len(lost))
                 for r in lost:
                     self._cancel(r, CANCEL_LOST)
+
+    # ------------------------------------------------------------------ planner statistics
+    async def _statistics_loop(self) -> None:
+        """Storage.RefreshStatistics: after a burst into a new or quiet JobsHot, PostgreSQL plans
+        every claim as a read and sort of the whole backlog until the table is analysed again;
+        autovacuum may take a minute or more. The worker checks at start and every few seconds."""
+        while True:
+            try:
+                await self._db(self.storage.refresh_statistics)
+            except Exception as exc:  # an optimisation: never let it stop the worker
+                log.warning("planner statistics check failed: %s", exc)
+            await asyncio.sleep(random.uniform(0.8, 1.2) * STATISTICS_CHECK_SECONDS)
 
     def _cancel(self, run: Running, reason: str) -> None:
         run.ctx.cancel(reason)

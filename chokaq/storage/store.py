@@ -742,7 +742,7 @@ class Storage:
     # ------------------------------------------------------------------ planner statistics
     def refresh_statistics(self) -> bool:
         """PostgreSQL only: ANALYZE JobsHot when more than 10% of it (and 1,000 rows) changed since
-        its last ANALYZE. Returns whether it did.
+        its last ANALYZE. Returns whether it did. Workers call it every few seconds.
 
         A burst into a new or quiet table leaves the planner believing there are almost no
         Pending rows. It then claims by reading and sorting every Pending row instead of walking
@@ -763,8 +763,9 @@ class Storage:
         )
         if row is None or row[0] <= max(1000, 0.1 * row[1]):
             return False
-        table = f'{self.engine.dialect.identifier_preparer.format_table(jobs_hot)}'
-        self._retrying(lambda: self._autocommit(f"ANALYZE {table}"), op="analyze")
+        table = self.engine.dialect.identifier_preparer.format_table(jobs_hot)
+        # SKIP_LOCKED: when another worker is already analysing, that one is enough.
+        self._retrying(lambda: self._autocommit(f"ANALYZE (SKIP_LOCKED) {table}"), op="analyze")
         log.info("refreshed planner statistics of %s (%d of ~%d rows changed)", table, row[0], row[1])
         return True
 

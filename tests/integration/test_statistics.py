@@ -1,8 +1,9 @@
-"""PostgreSQL planner statistics after a burst: the sweep refreshes them so claims walk the fetch
-index again instead of sorting the whole backlog (Storage.RefreshStatistics)."""
+"""PostgreSQL planner statistics after a burst: workers refresh them so claims walk the fetch index
+again instead of sorting the whole backlog (Storage.RefreshStatistics)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from sqlalchemy import text
@@ -31,27 +32,66 @@ def changed_since_analyze(app: ChokaQ) -> int:
     return int(app.storage.read(lambda c: c.execute(text(sql)).scalar_one()))
 
 
-def test_sweep_refreshes_statistics_after_a_burst(pg_url: str) -> None:
-    app = ChokaQ(storage_url=pg_url)
-    app.storage.upgrade()
-    for _ in range(5):
+def burst(app: ChokaQ, n: int = 20_000) -> None:
+    # Autovacuum must not analyse the table behind the test's back (it may visit at any moment).
+    app.storage.write(lambda c: c.execute(text('ALTER TABLE chokaq."JobsHot" SET (autovacuum_enabled = false)')))
+    for _ in range(n // 4000):
         app.storage.enqueue_many([EnqueueRequest(type="t", payload="{}") for _ in range(4000)])
     # Backends report their counts about once a second.
-    wait_for(lambda: changed_since_analyze(app) >= 20_000, timeout=15)
+    wait_for(lambda: changed_since_analyze(app) >= n, timeout=15)
+
+
+def test_refresh_statistics_after_a_burst(pg_url: str) -> None:
+    app = ChokaQ(storage_url=pg_url)
+    app.storage.upgrade()
+    burst(app)
     # The hazard: never analysed, the planner expects a handful of Pending rows and reads and
     # sorts all of them for every claim.
     stale = claim_plan(app)
     assert "Sort" in stale and "Bitmap Heap Scan" in stale, stale
 
-    result = app.sweep()  # recovery sweep, then the statistics check
-    assert result.recovered == 0 and result.archived == 0
+    assert app.storage.refresh_statistics() is True
     assert changed_since_analyze(app) < 1000
     fresh = claim_plan(app)
     # With statistics the claim walks the fetch index in order and stops after 20 rows.
-    assert "Index Scan using \"IX_JobsHot_FetchAny\"" in fresh, fresh
+    assert 'Index Scan using "IX_JobsHot_FetchAny"' in fresh, fresh
     assert "Sort" not in fresh, fresh
-    # Nothing changed since: the next sweep leaves the statistics alone.
+    # Nothing changed since: the next check leaves the statistics alone.
     assert app.storage.refresh_statistics() is False
+    app.close()
+
+
+def test_a_starting_worker_refreshes_them(pg_url: str) -> None:
+    app = ChokaQ(storage_url=pg_url)
+    app.storage.upgrade()
+    burst(app)
+    worker = app.worker(queues=["elsewhere"])  # claims none of the burst; only the check matters
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: changed_since_analyze(app) < 1000, timeout=15)
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert 'Index Scan using "IX_JobsHot_FetchAny"' in claim_plan(app)
+    app.close()
+
+
+def test_the_setting_turns_it_off(pg_url: str) -> None:
+    app = ChokaQ(
+        storage_url=pg_url, storage={"refresh_statistics": False, "listen_notify": False, "polling_interval": 0.05}
+    )
+    app.storage.upgrade()
+    burst(app, 8000)
+    worker = app.worker(queues=["elsewhere"])
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: worker.stats["fetches"] >= 3, timeout=15)  # running and polling
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert changed_since_analyze(app) >= 8000
     app.close()
 
 
