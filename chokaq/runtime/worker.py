@@ -98,6 +98,10 @@ class Worker:
         self._slot = asyncio.Event()  # a handler finished
         self._buffered = asyncio.Event()  # the prefetch buffer has jobs
         self._room = asyncio.Event()  # the prefetch buffer has room
+        self._backlog_seen = asyncio.Event()  # a claim came back full
+        self._backlog = False
+        self._claiming = 0  # jobs asked for by fetches in flight
+        self._starting = 0  # jobs in start batches in flight
         self._stopping = False
         self._stopped = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -141,7 +145,7 @@ class Worker:
         if not self._stopping:
             log.info("worker %s stopping: no more fetches", self.id)
         self._stopping = True
-        for event in (self._wake, self._slot, self._buffered, self._room):
+        for event in (self._wake, self._slot, self._buffered, self._room, self._backlog_seen):
             event.set()
 
     # ------------------------------------------------------------------ main
@@ -220,37 +224,55 @@ class Worker:
     # ------------------------------------------------------------------ dispatch
     async def _dispatch_loop(self) -> None:
         # Fetching and starting run side by side: a start never waits behind a fetch round trip.
-        fetcher = asyncio.create_task(self._fetch_loop(), name="chokaq-fetch")
-        starter = asyncio.create_task(self._start_loop(), name="chokaq-start")
-        await asyncio.gather(fetcher, starter)
+        # While there is a backlog a second fetcher and a second starter keep one more round trip
+        # of each in flight; idle, only the first fetcher polls.
+        loops = [self._fetch_loop(primary=True), self._fetch_loop(primary=False)]
+        loops += [self._start_loop(), self._start_loop()]
+        await asyncio.gather(*(asyncio.create_task(loop) for loop in loops))
 
-    async def _fetch_loop(self) -> None:
+    async def _fetch_loop(self, *, primary: bool) -> None:
         storage = self.settings.storage
         while not self._stopping:
             poll = storage.idle_polling_interval if self._listening.is_set() else storage.polling_interval
-            if len(self.buffer) >= self.lookahead:
+            if not primary and not self._backlog:
+                self._backlog_seen.clear()
+                await self._backlog_seen.wait()
+                continue
+            want = min(self.batch, self.prefetch - len(self.buffer) - self._claiming)
+            if len(self.buffer) + self._claiming >= self.lookahead or want <= 0:
                 self._room.clear()
                 await self._room.wait()
                 continue
-            room = self.prefetch - len(self.buffer)
-            self._wake.clear()
+            if primary:
+                self._wake.clear()
+            self._claiming += want
             try:
-                jobs = await self._db(self.storage.fetch, self.id, min(self.batch, room), self.queues)
+                jobs = await self._db(self.storage.fetch, self.id, want, self.queues)
                 self.stats["fetches"] += 1
             except Exception:
                 log.exception("fetch failed; retrying in %.1fs", poll)
                 jobs = []
+            finally:
+                self._claiming -= want
+                self._room.set()  # the other fetcher may have been waiting on this claim's share
+            self._backlog = len(jobs) == want
+            if self._backlog:
+                self._backlog_seen.set()
             if jobs:
                 self.buffer.extend(await self._drop_own_reruns(jobs))
                 self._buffered.set()
                 continue
-            # Nothing due: sleep until the poll interval passes or a NOTIFY/stop wakes us.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), poll)
+            if primary:
+                # Nothing due: sleep until the poll interval passes or a NOTIFY/stop wakes us.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), poll)
 
     async def _start_loop(self) -> None:
         while not self._stopping:
-            free = self.concurrency - len(self.executing)
+            # Handlers free their slot when they return; their outcomes wait for the finaliser.
+            # Capping those too keeps a slow database from piling up Processing rows.
+            free = min(self.concurrency - len(self.executing), 2 * self.concurrency - len(self.running))
+            free -= self._starting
             if free <= 0:
                 self._slot.clear()
                 await self._slot.wait()
@@ -261,7 +283,12 @@ class Worker:
                 continue
             batch = [self.buffer.popleft() for _ in range(min(free, len(self.buffer)))]
             self._room.set()
-            await self._start_batch(batch)
+            self._starting += len(batch)
+            try:
+                await self._start_batch(batch)
+            finally:
+                self._starting -= len(batch)
+                self._slot.set()  # the other starter may have been waiting on these slots
 
     async def _drop_own_reruns(self, jobs: list[JobRecord]) -> list[JobRecord]:
         """Give back jobs whose previous run is still alive in this process.
@@ -469,6 +496,7 @@ class Worker:
                 await self._finalize_one(o)
         for o in batch:
             self.running.pop(o.record.id, None)
+        self._slot.set()
 
     async def _finalize_one(self, o: Outcome) -> None:
         ins = instruments()

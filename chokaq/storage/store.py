@@ -111,8 +111,9 @@ def _bump_statement(column: str) -> Any:
 
 
 @functools.lru_cache(maxsize=32)
-def _fence(groups: int) -> ColumnElement[bool]:
-    """JobsHot rows a worker still owns at exactly the attempt each of its leases names.
+def _fence(groups: int, status: int) -> ColumnElement[bool]:
+    """JobsHot rows in ``status`` that a worker still owns at exactly the attempt each of its
+    leases names.
 
     Bound by :func:`fence_params`. Leases are grouped by attempt number, so there is one
     statement per count of distinct attempts (nearly always one), not one per batch size.
@@ -121,6 +122,10 @@ def _fence(groups: int) -> ColumnElement[bool]:
         raise ValueError("a fence needs at least one lease")
     hot = jobs_hot.c
     return and_(
+        # "Status + 0", not "Status = n": the rows are found by primary key. A plain predicate
+        # would let the planner scan a whole partial index (every Fetched or Processing job of
+        # every worker) for a few ids whenever its statistics underestimate that index.
+        (hot.Status + literal_column("0")) == literal_column(str(int(status))),
         hot.WorkerId == bindparam("fence_worker", type_=hot.WorkerId.type),
         or_(
             *(
@@ -170,7 +175,7 @@ def _complete_statements(groups: int) -> tuple[Any, Any]:
         "FinishedAtUtc": utcnow(),
         "DurationMs": lookup_int(jobs_hot.c.Id, bindparam("durations", type_=UnicodeText())),
     }
-    where = and_(_fence(groups), status_is(jobs_hot.c.Status, PROCESSING))
+    where = _fence(groups, PROCESSING)
     return move_statements(jobs_hot, where, jobs_archive, values)
 
 
@@ -181,7 +186,7 @@ def _fail_statements() -> tuple[Any, Any]:
         "FailureReason": bindparam("failure_reason", type_=jobs_dlq.c.FailureReason.type),
         "ErrorDetails": bindparam("error_details", type_=jobs_dlq.c.ErrorDetails.type),
     }
-    return move_statements(jobs_hot, and_(_fence(1), status_is(jobs_hot.c.Status, PROCESSING)), jobs_dlq, values)
+    return move_statements(jobs_hot, _fence(1, PROCESSING), jobs_dlq, values)
 
 
 @functools.lru_cache(maxsize=64)
@@ -195,7 +200,7 @@ def _start_statement(groups: int, zombie_retry: bool) -> Any:
     )
     return (
         update(jobs_hot)
-        .where(_fence(groups), status_is(hot.Status, FETCHED), ~paused)
+        .where(_fence(groups, FETCHED), ~paused)
         .values(
             Status=PROCESSING,
             AttemptCount=hot.AttemptCount + 1,
@@ -214,7 +219,7 @@ def _heartbeat_statement(groups: int) -> Any:
     hot = jobs_hot.c
     return (
         update(jobs_hot)
-        .where(_fence(groups), status_is(hot.Status, PROCESSING))
+        .where(_fence(groups, PROCESSING))
         .values(HeartbeatUtc=utcnow())
         .returning(hot.Id)
     )
@@ -225,7 +230,7 @@ def _release_statement(groups: int) -> Any:
     hot = jobs_hot.c
     return (
         update(jobs_hot)
-        .where(_fence(groups), status_is(hot.Status, FETCHED))
+        .where(_fence(groups, FETCHED))
         .values(Status=PENDING, WorkerId=None, LastUpdatedUtc=utcnow())
         .returning(hot.Id)
     )
@@ -697,7 +702,7 @@ class Storage:
         def work(c: Connection) -> bool:
             rows = c.execute(
                 update(jobs_hot)
-                .where(_fence(groups), status_is(jobs_hot.c.Status, PROCESSING))
+                .where(_fence(groups, PROCESSING))
                 .values(
                     Status=PENDING,
                     WorkerId=None,
@@ -723,7 +728,7 @@ class Storage:
         def work(c: Connection) -> list[str]:
             rows = c.execute(
                 update(jobs_hot)
-                .where(_fence(groups), status_is(jobs_hot.c.Status, PROCESSING))
+                .where(_fence(groups, PROCESSING))
                 .values(
                     Status=PENDING,
                     WorkerId=None,

@@ -343,3 +343,31 @@ def test_new_work_wakes_an_idle_worker_before_its_next_poll(db_url: str, run_wor
     app.enqueue("ping", {})
     assert done.wait(20), "the idle worker was not woken by the enqueue"
     w.stop()
+
+
+def test_a_slow_finaliser_holds_back_new_starts(db_url: str, run_worker: Any) -> None:
+    """Handlers that return at once free their slots before their outcomes are written. When
+    writing lags, the worker must stop starting jobs rather than pile up Processing rows."""
+    app = make_app(db_url, execution={"concurrency": 4, "fetch_batch_size": 4})
+    ran: list[str] = []
+
+    @app.job("instant")
+    async def instant(payload: dict[str, Any], ctx: JobContext) -> None:
+        ran.append(ctx.job_id)
+
+    def slow_completes(op: str) -> None:
+        if op == "complete":
+            time.sleep(0.05)
+
+    app.storage.fault_injector = slow_completes
+    ids = [app.enqueue("instant", {}) for _ in range(60)]
+    w = run_worker(app)
+    peak = 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and totals(app.storage)[0] < len(ids):
+        peak = max(peak, len(w.worker.running))
+        time.sleep(0.002)
+    w.stop()
+    assert sorted(ran) == sorted(ids)  # each ran once
+    assert totals(app.storage)[0] == len(ids)
+    assert 4 < peak <= 8, peak  # outcomes did queue up, but never past 2 x concurrency
