@@ -87,6 +87,7 @@ class Worker:
         self.concurrency = concurrency or ex.concurrency
         self.prefetch = max(ex.prefetch, self.concurrency)
         self.batch = min(ex.fetch_batch_size, self.prefetch)
+        self.max_held = self.concurrency + self.prefetch  # started and not yet written back
         self.id = (worker_id or self.settings.worker_name or default_worker_id())[:100]
         self.with_sweep = with_sweep
         self.buffer: deque[JobRecord] = deque()
@@ -269,9 +270,10 @@ class Worker:
 
     async def _start_loop(self) -> None:
         while not self._stopping:
-            # Handlers free their slot when they return; their outcomes wait for the finaliser.
-            # Capping those too keeps a slow database from piling up Processing rows.
-            free = min(self.concurrency - len(self.executing), 2 * self.concurrency - len(self.running))
+            # Handlers free their slot when they return, before the finaliser writes their outcome.
+            # Bounding those too (Concurrency + Prefetch in all) keeps a slow database from
+            # piling up Processing rows.
+            free = min(self.concurrency - len(self.executing), self.max_held - len(self.running))
             free -= self._starting
             if free <= 0:
                 self._slot.clear()

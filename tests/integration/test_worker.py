@@ -348,7 +348,7 @@ def test_new_work_wakes_an_idle_worker_before_its_next_poll(db_url: str, run_wor
 def test_a_slow_finaliser_holds_back_new_starts(db_url: str, run_worker: Any) -> None:
     """Handlers that return at once free their slots before their outcomes are written. When
     writing lags, the worker must stop starting jobs rather than pile up Processing rows."""
-    app = make_app(db_url, execution={"concurrency": 4, "fetch_batch_size": 4})
+    app = make_app(db_url, execution={"concurrency": 4, "prefetch": 4, "fetch_batch_size": 4})
     ran: list[str] = []
 
     @app.job("instant")
@@ -370,4 +370,4 @@ def test_a_slow_finaliser_holds_back_new_starts(db_url: str, run_worker: Any) ->
     w.stop()
     assert sorted(ran) == sorted(ids)  # each ran once
     assert totals(app.storage)[0] == len(ids)
-    assert 4 < peak <= 8, peak  # outcomes did queue up, but never past 2 x concurrency
+    assert 4 < peak <= 8, peak  # outcomes did queue up, but never past Concurrency + Prefetch
