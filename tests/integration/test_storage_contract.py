@@ -6,6 +6,7 @@ import dataclasses
 import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pydantic
 import pytest
@@ -311,3 +312,23 @@ def test_enqueue_joins_the_callers_transaction(storage: Storage) -> None:
 
 def test_upgrade_is_idempotent(storage: Storage) -> None:
     assert storage.upgrade() == []
+
+
+def test_a_move_that_would_half_happen_rolls_back(tmp_path: Path) -> None:
+    """The copy and the delete of a move must agree row for row, or nothing moves. A trigger
+    that removes the hot row behind the move's back makes the delete come up short."""
+    storage = Storage(f"sqlite:///{tmp_path / 'm.db'}")
+    storage.upgrade()
+    job_id = enqueue(storage)
+    (job,) = storage.start("w1", storage.fetch("w1", 1)).started
+    storage.write(
+        lambda c: c.exec_driver_sql(
+            'CREATE TRIGGER steal AFTER INSERT ON "JobsArchive" BEGIN DELETE FROM "JobsHot" WHERE "Id" = NEW."Id"; END'
+        )
+    )
+    with pytest.raises(RuntimeError, match="copied 1 rows but deleted 0"):
+        storage.complete("w1", [Completion(job.lease, 5)])
+    after = storage.get_job(job_id)
+    assert after is not None and after.location is Location.HOT and after.status == JobStatus.PROCESSING
+    assert totals(storage)[0] == 0
+    storage.close()
