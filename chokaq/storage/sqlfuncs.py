@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Select, String, UnicodeText, bindparam
+from sqlalchemy import BigInteger, Boolean, DateTime, Select, UnicodeText
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
@@ -142,18 +141,9 @@ class in_list(FunctionElement[bool]):
     # A predicate, not a boolean value: SQL Server must not get "... = 1" appended.
     _is_implicitly_boolean = True
 
-    def __init__(
-        self,
-        column: ColumnElement[Any],
-        items: BindParameter[Any] | Iterable[Any],
-        item_type: TypeEngine[Any] | None = None,
-    ) -> None:
-        param = (
-            items
-            if isinstance(items, BindParameter)
-            else bindparam(None, list(items), type_=ListParam(item_type or String()))
-        )
-        super().__init__(column, param)
+    def __init__(self, column: ColumnElement[Any], items: BindParameter[Any]) -> None:
+        """``items``: a bind parameter of type :class:`ListParam`."""
+        super().__init__(column, items)
 
 
 def _pair(element: FunctionElement[Any], compiler: Any, **kw: Any) -> tuple[str, str, Any]:
@@ -187,19 +177,15 @@ def _in_list_default(element: in_list, compiler: Any, **kw: Any) -> str:
 
 
 class lookup_int(FunctionElement[int]):
-    """The integer that a ``{key: int}`` mapping, bound as one JSON parameter, holds for ``key``
-    (a string column). NULL when the key is missing."""
+    """The integer that a ``{key: int}`` mapping, bound as one JSON text parameter, holds for
+    ``key`` (a string column). NULL when the key is missing."""
 
     type = BigInteger()
     inherit_cache = True
 
-    def __init__(self, key: ColumnElement[Any], mapping: BindParameter[Any] | Mapping[str, int]) -> None:
-        param = (
-            mapping
-            if isinstance(mapping, BindParameter)
-            else bindparam(None, json.dumps(dict(mapping)), type_=UnicodeText())
-        )
-        super().__init__(key, param)
+    def __init__(self, key: ColumnElement[Any], mapping: BindParameter[Any]) -> None:
+        """``mapping``: a bind parameter holding the mapping as JSON text."""
+        super().__init__(key, mapping)
 
 
 @compiles(lookup_int, "postgresql")
