@@ -420,7 +420,9 @@ class AdminStore:
             if len(ids) > limits.MAX_BULK_IDS:
                 raise JobValidationError(f"at most {limits.MAX_BULK_IDS} ids per request")
             ids = list(dict.fromkeys(ids))
-        if not 1 <= max_jobs <= limits.MAX_BULK_IDS:
+        if ids is not None:
+            max_jobs = limits.MAX_BULK_IDS  # the cap applies to filters; ids are capped above
+        elif not 1 <= max_jobs <= limits.MAX_BULK_IDS:
             raise JobValidationError(f"max_jobs must be 1..{limits.MAX_BULK_IDS}")
 
         def work(c: Connection) -> BulkResult:
@@ -459,9 +461,7 @@ class AdminStore:
             rows = self._resurrect_rows(c, where, actor)
             return [r["Id"] for r in rows]
 
-        return self._bulk(
-            "dlq.resurrect", ids, f, max_jobs if ids is None else limits.MAX_BULK_IDS, actor, dry_run, mover
-        )
+        return self._bulk("dlq.resurrect", ids, f, max_jobs, actor, dry_run, mover)
 
     def purge_dlq(
         self,
@@ -475,7 +475,7 @@ class AdminStore:
         def mover(c: Connection, where: ColumnElement[bool]) -> list[str]:
             return [r[0] for r in c.execute(delete(jobs_dlq).where(where).returning(jobs_dlq.c.Id)).all()]
 
-        return self._bulk("dlq.purge", ids, f, max_jobs if ids is None else limits.MAX_BULK_IDS, actor, dry_run, mover)
+        return self._bulk("dlq.purge", ids, f, max_jobs, actor, dry_run, mover)
 
     # ------------------------------------------------------------------ cancel and retention
     def cancel(self, ids: Sequence[str], actor: Actor) -> BulkResult:

@@ -770,13 +770,9 @@ class Storage:
             return False
         table = self.engine.dialect.identifier_preparer.format_table(jobs_hot)
         # SKIP_LOCKED: when another worker is already analysing, that one is enough.
-        self._retrying(lambda: self._autocommit(f"ANALYZE (SKIP_LOCKED) {table}"), op="analyze")
+        self.write_one(lambda c: c.exec_driver_sql(f"ANALYZE (SKIP_LOCKED) {table}"), op="analyze")
         log.info("refreshed planner statistics of %s (%d of ~%d rows changed)", table, row[0], row[1])
         return True
-
-    def _autocommit(self, sql: str) -> None:
-        with self.engine.connect() as raw:
-            raw.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(sql)
 
     # ------------------------------------------------------------------ recovery sweep
     def sweep(self, *, fetched_timeout: float, zombie_timeout: float, max_attempts: int) -> SweepResult:

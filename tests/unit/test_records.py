@@ -14,7 +14,7 @@ from chokaq.storage.records import HOT_ROW, hot_record, to_record
 from chokaq.storage.schema import jobs_hot
 
 
-def test_hot_row_order_is_the_tables(tmp_path: Path) -> None:
+def test_hot_row_order_is_the_tables() -> None:
     assert tuple(c.name for c in jobs_hot.c) == HOT_ROW
 
 
