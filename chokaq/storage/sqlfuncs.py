@@ -191,7 +191,9 @@ class lookup_int(FunctionElement[int]):
 @compiles(lookup_int, "postgresql")
 def _lookup_pg(element: lookup_int, compiler: Any, **kw: Any) -> str:
     key, param, _ = _pair(element, compiler, **kw)
-    return f"CAST((CAST({param} AS JSONB) ->> {key}) AS BIGINT)"
+    # A scalar subquery is evaluated once per statement (an InitPlan); a bare cast of the
+    # parameter is parsed again for every row once the statement runs from a generic plan.
+    return f"CAST(((SELECT CAST({param} AS JSONB)) ->> {key}) AS BIGINT)"
 
 
 @compiles(lookup_int, "mssql")
