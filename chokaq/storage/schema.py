@@ -115,8 +115,7 @@ Index(
     sqlite_where=jobs_hot.c.IdempotencyKey.isnot(None),
     mssql_where=jobs_hot.c.IdempotencyKey.isnot(None),
 )
-# Workers' own rows: heartbeat batches, release on shutdown, MaxWorkers counts.
-Index("IX_JobsHot_Worker", jobs_hot.c.WorkerId, jobs_hot.c.Status)
+# No index on WorkerId: a worker's moves name their rows by Id (see migration 2).
 Index("IX_JobsHot_QueueStatus", jobs_hot.c.Queue, jobs_hot.c.Status)
 
 jobs_archive = Table(

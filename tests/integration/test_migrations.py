@@ -36,9 +36,31 @@ def test_concurrent_upgrades_apply_once(db_url: str) -> None:
     for t in threads:
         t.join(60)
     assert not errors, errors
-    assert sorted(results) == [[], [], [], [1]]
+    assert sorted(results) == [[], [], [], [1, 2]]
     s = Storage(db_url)
-    assert current_version(s.engine) == 1
+    assert current_version(s.engine) == 2
+
+
+def test_upgrade_from_version_1_drops_the_worker_index(db_url: str) -> None:
+    s = Storage(db_url)
+    s.upgrade()
+    schema = None if s.dialect == "sqlite" else "chokaq"
+    table = '"JobsHot"' if s.dialect == "sqlite" else 'chokaq."JobsHot"'
+    migrations = '"SchemaMigrations"' if s.dialect == "sqlite" else 'chokaq."SchemaMigrations"'
+    # A database as version 1 left it.
+    with s.engine.begin() as c:
+        c.execute(text(f'CREATE INDEX "IX_JobsHot_Worker" ON {table} ("WorkerId", "Status")'))
+        c.execute(text(f'DELETE FROM {migrations} WHERE "Version" = 2'))
+
+    def indexes() -> set[str]:
+        return {i["name"] for i in inspect(s.engine).get_indexes("JobsHot", schema=schema)}
+
+    assert "IX_JobsHot_Worker" in indexes()
+    assert s.upgrade() == [2]
+    assert "IX_JobsHot_Worker" not in indexes()
+    assert "IX_JobsHot_Fetch" in indexes()
+    assert s.upgrade() == []
+    s.close()
 
 
 def describe(url: str) -> dict[str, Any]:
