@@ -153,40 +153,87 @@ def fence_params(worker_id: str, leases: Iterable[Lease]) -> tuple[int, dict[str
     return len(by_attempt), params
 
 
+SourceValues = Callable[[Any], dict[str, ColumnElement[Any]]]
+
+
+@dataclass(frozen=True)
+class MoveStatements:
+    """One move between tables, as :meth:`Storage.move` runs it.
+
+    ``copy`` and ``remove`` are two statements run in one transaction with the counter bumped
+    after them: the portable form, for SQLite and SQL Server. ``single`` is the same move and its
+    counter as one PostgreSQL statement (writable CTEs); run without BEGIN and COMMIT it is one
+    round trip instead of five.
+    """
+
+    copy: Any
+    remove: Any
+    single: Any
+    counter: str
+
+
 def move_statements(
-    source: Table, where: ColumnElement[bool], target: Table, values: dict[str, ColumnElement[Any]]
-) -> tuple[Any, Any]:
-    """The two statements of :meth:`Storage.move_in_db`: INSERT ... SELECT under a row lock, and
-    the DELETE of the same rows. ``values`` are SQL expressions for target columns that the
-    source lacks or that change."""
-    names = [col.name for col in target.c if col.name in values or col.name in source.c]
-    rows = select(*[values[n] if n in values else source.c[n] for n in names]).where(where)
+    source: Table, where: ColumnElement[bool], target: Table, values: SourceValues, counter: str
+) -> MoveStatements:
+    """``values(columns)`` gives SQL expressions, over the source row's ``columns``, for target
+    columns that the source lacks or that change. ``counter`` is the StatsSummary column to add
+    the moved rows to."""
+    names = [col.name for col in target.c if col.name in values(source.c) or col.name in source.c]
+
+    def shaped(columns: Any) -> list[ColumnElement[Any]]:
+        extra = values(columns)
+        return [extra[n] if n in extra else columns[n] for n in names]
+
     # The lock keeps a concurrent move (the sweep, an operator) from taking a row between the
     # copy and the delete; without it a job could land in two tables.
-    copy = insert(target).from_select(names, row_lock(rows, source))
+    copy = insert(target).from_select(names, row_lock(select(*shaped(source.c)).where(where), source))
     # SQLAlchemy keeps rowcount for UPDATE and DELETE only unless asked.
     copy = copy.execution_options(preserve_rowcount=True)
-    return copy, delete(source).where(where).returning(source.c.Id, source.c.Queue)
+    remove = delete(source).where(where).returning(source.c.Id, source.c.Queue)
+
+    # PostgreSQL: DELETE ... RETURNING takes exactly the rows this statement removed (a row that
+    # another transaction moved first is skipped), and the copy and the counter read those rows.
+    moved = delete(source).where(where).returning(*source.c).cte("moved")
+    copied = insert(target).from_select(names, select(*shaped(moved.c))).cte("copied")
+    # Sorted by queue: concurrent moves then lock counter rows in one order and cannot deadlock.
+    # ON CONFLICT goes in as fixed text after the SELECT: SQLAlchemy never caches its PostgreSQL
+    # INSERT construct, and compiling this statement on every call cost more than running it.
+    per_queue = (
+        select(moved.c.Queue, func.count(), utcnow())
+        .group_by(moved.c.Queue)
+        .order_by(moved.c.Queue)
+        .suffix_with(
+            f'ON CONFLICT ("Queue") DO UPDATE SET "{counter}" = "StatsSummary"."{counter}" + excluded."{counter}", '
+            '"LastActivityUtc" = excluded."LastActivityUtc"',
+            dialect="postgresql",
+        )
+    )
+    upsert = insert(stats_summary).from_select(["Queue", counter, "LastActivityUtc"], per_queue)
+    single = select(moved.c.Id, moved.c.Queue).add_cte(copied, upsert.cte("counted"))
+    return MoveStatements(copy, remove, single, counter)
 
 
 @functools.lru_cache(maxsize=32)
-def _complete_statements(groups: int) -> tuple[Any, Any]:
-    values: dict[str, ColumnElement[Any]] = {
-        "FinishedAtUtc": utcnow(),
-        "DurationMs": lookup_int(jobs_hot.c.Id, bindparam("durations", type_=UnicodeText())),
-    }
-    where = _fence(groups, PROCESSING)
-    return move_statements(jobs_hot, where, jobs_archive, values)
+def _complete_statements(groups: int) -> MoveStatements:
+    def values(columns: Any) -> dict[str, ColumnElement[Any]]:
+        return {
+            "FinishedAtUtc": utcnow(),
+            "DurationMs": lookup_int(columns.Id, bindparam("durations", type_=UnicodeText())),
+        }
+
+    return move_statements(jobs_hot, _fence(groups, PROCESSING), jobs_archive, values, "SucceededTotal")
 
 
 @functools.lru_cache(maxsize=1)
-def _fail_statements() -> tuple[Any, Any]:
-    values: dict[str, ColumnElement[Any]] = {
-        "FailedAtUtc": utcnow(),
-        "FailureReason": bindparam("failure_reason", type_=jobs_dlq.c.FailureReason.type),
-        "ErrorDetails": bindparam("error_details", type_=jobs_dlq.c.ErrorDetails.type),
-    }
-    return move_statements(jobs_hot, _fence(1, PROCESSING), jobs_dlq, values)
+def _fail_statements() -> MoveStatements:
+    def values(columns: Any) -> dict[str, ColumnElement[Any]]:
+        return {
+            "FailedAtUtc": utcnow(),
+            "FailureReason": bindparam("failure_reason", type_=jobs_dlq.c.FailureReason.type),
+            "ErrorDetails": bindparam("error_details", type_=jobs_dlq.c.ErrorDetails.type),
+        }
+
+    return move_statements(jobs_hot, _fence(1, PROCESSING), jobs_dlq, values, "FailedTotal")
 
 
 @functools.lru_cache(maxsize=64)
@@ -374,7 +421,8 @@ class Storage:
     def bump_stats(self, conn: Connection, column: str, per_queue: Counter[str], sign: int = 1) -> None:
         """Add to one StatsSummary counter per queue, creating the row when it is missing."""
         bump = _bump_statement(column)
-        for queue, n in per_queue.items():
+        # Sorted: concurrent transactions lock counter rows in one order and cannot deadlock.
+        for queue, n in sorted(per_queue.items()):
             if not n:
                 continue
             params = {"stats_queue": queue, "stats_delta": sign * n}
@@ -639,20 +687,31 @@ class Storage:
             )
         return rows
 
-    def move_in_db(self, c: Connection, statements: tuple[Any, Any], params: dict[str, Any]) -> list[tuple[str, str]]:
-        """Move rows like :meth:`move_rows`, but without carrying them through Python: the
-        statements of :func:`move_statements` copy them under a row lock, then delete them.
+    def move_in_db(self, c: Connection, move: MoveStatements, params: dict[str, Any]) -> list[tuple[str, str]]:
+        """Move rows like :meth:`move_rows`, but without carrying them through Python: copy them
+        under a row lock, then delete them (the portable form of :class:`MoveStatements`).
 
         The worker's hot path uses this: shipping every payload out and back in cost more client
         time than the rest of a job's bookkeeping. Returns ``(Id, Queue)`` of each moved row.
         """
-        copy, remove = statements
-        copied = c.execute(copy, params).rowcount
-        moved = [(r[0], r[1]) for r in c.execute(remove, params)]
+        copied = c.execute(move.copy, params).rowcount
+        moved = [(r[0], r[1]) for r in c.execute(move.remove, params)]
         if copied != len(moved):
             # Rolls the whole transaction back: nothing is half-moved.
             raise RuntimeError(f"move: copied {copied} rows but deleted {len(moved)}")
         return moved
+
+    def move(self, move: MoveStatements, params: dict[str, Any], *, op: str) -> list[tuple[str, str]]:
+        """Run a move and bump its counter atomically. Returns ``(Id, Queue)`` of each moved row."""
+        if self.dialect == "postgresql":
+            return self.write_one(lambda c: [(r[0], r[1]) for r in c.execute(move.single, params)], op=op)
+
+        def work(c: Connection) -> list[tuple[str, str]]:
+            moved = self.move_in_db(c, move, params)
+            self.bump_stats(c, move.counter, Counter(queue for _, queue in moved))
+            return moved
+
+        return self.write(work, op=op)
 
     def complete(self, worker_id: str, done: Sequence[Completion]) -> set[str]:
         """Processing -> Archive for a batch of successes, in one transaction."""
@@ -660,14 +719,7 @@ class Storage:
             return set()
         groups, params = fence_params(worker_id, [d.lease for d in done])
         params["durations"] = json.dumps({d.lease.job_id: d.duration_ms for d in done})
-        statements = _complete_statements(groups)
-
-        def work(c: Connection) -> set[str]:
-            moved = self.move_in_db(c, statements, params)
-            self.bump_stats(c, "SucceededTotal", Counter(queue for _, queue in moved))
-            return {job_id for job_id, _ in moved}
-
-        return self.write(work, op="complete")
+        return {job_id for job_id, _ in self.move(_complete_statements(groups), params, op="complete")}
 
     @staticmethod
     def dlq_shape(
@@ -683,16 +735,9 @@ class Storage:
 
     def fail(self, lease: Lease, reason: FailureReason, error_details: str | None) -> bool:
         """Processing -> DLQ. False when the worker no longer owns the job (a stale move)."""
-
         _, params = fence_params(lease.worker_id, [lease])
         params.update(failure_reason=int(reason), error_details=error_details)
-
-        def work(c: Connection) -> bool:
-            moved = self.move_in_db(c, _fail_statements(), params)
-            self.bump_stats(c, "FailedTotal", Counter(queue for _, queue in moved))
-            return bool(moved)
-
-        return self.write(work, op="fail")
+        return bool(self.move(_fail_statements(), params, op="fail"))
 
     def retry(self, lease: Lease, delay_seconds: float) -> bool:
         """Processing -> Pending, due after ``delay_seconds``."""
