@@ -133,13 +133,17 @@ _TABLE = re.compile(r'(?:FROM|INTO|UPDATE)\s+(?:[\w"]+\.)?"?(\w+)"?', re.IGNOREC
 
 
 def classify(sql: str) -> str:
-    """A short, stable label for a statement: verb + first table (+ 'claim' for the fetch CTE)."""
+    """A short, stable label for a statement: verb + first table ('claim' and 'move' for the CTEs)."""
     s = sql.lstrip()
     head = s[:40].upper()
     if head.startswith("BEGIN"):
         return "BEGIN"
     if head.startswith("WITH") and "claim" in s[:200]:
         return "UPDATE JobsHot (fetch claim)"
+    if head.startswith("WITH MOVED AS"):
+        # PostgreSQL's one-statement move: DELETE ... RETURNING, INSERT into the target, counter upsert.
+        target = "JobsArchive" if "JobsArchive" in s else "JobsDLQ" if "JobsDLQ" in s else "?"
+        return f"move JobsHot -> {target} (1 statement)"
     if "pg_notify" in s[:60]:
         return "SELECT pg_notify"
     verb = head.split(None, 1)[0] if head else "?"
