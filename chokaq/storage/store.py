@@ -178,7 +178,8 @@ def move_statements(
     """``values(columns)`` gives SQL expressions, over the source row's ``columns``, for target
     columns that the source lacks or that change. ``counter`` is the StatsSummary column to add
     the moved rows to."""
-    names = [col.name for col in target.c if col.name in values(source.c) or col.name in source.c]
+    changed = values(source.c)
+    names = [col.name for col in target.c if col.name in changed or col.name in source.c]
 
     def shaped(columns: Any) -> list[ColumnElement[Any]]:
         extra = values(columns)
