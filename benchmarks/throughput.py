@@ -146,6 +146,8 @@ def classify(sql: str) -> str:
         return f"move JobsHot -> {target} (1 statement)"
     if "pg_notify" in s[:60]:
         return "SELECT pg_notify"
+    if "pg_stat_user_tables" in s:
+        return "SELECT pg_stat_user_tables (statistics check)"
     verb = head.split(None, 1)[0] if head else "?"
     m = _TABLE.search(s)
     table = m.group(1) if m else ""

@@ -40,7 +40,8 @@ CANCEL_SHUTDOWN = "shutdown"
 CANCEL_HEARTBEAT = "heartbeat_failure"
 CANCEL_LOST = "lost_ownership"
 CANCEL_TIMEOUT = "timeout"
-STATISTICS_CHECK_SECONDS = 10.0
+# A burst is seen within about a second of PostgreSQL counting it; the check is one cheap read.
+STATISTICS_CHECK_SECONDS = 1.0
 
 
 @dataclass
@@ -563,7 +564,7 @@ class Worker:
     async def _statistics_loop(self) -> None:
         """Storage.RefreshStatistics: after a burst into a new or quiet JobsHot, PostgreSQL plans
         every claim as a read and sort of the whole backlog until the table is analysed again;
-        autovacuum may take a minute or more. The worker checks at start and every few seconds."""
+        autovacuum may take a minute or more. The worker checks at start and about every second."""
         while True:
             try:
                 await self._db(self.storage.refresh_statistics)
