@@ -232,6 +232,12 @@ class Worker:
         loops += [self._start_loop(), self._start_loop()]
         await asyncio.gather(*(asyncio.create_task(loop) for loop in loops))
 
+    def _idle_slots(self) -> int:
+        """Slots that no running, starting or buffered job will fill: jobs claimed for them can
+        start at once."""
+        free = min(self.concurrency - len(self.executing), self.max_held - len(self.running))
+        return free - self._starting - len(self.buffer)
+
     async def _fetch_loop(self, *, primary: bool) -> None:
         storage = self.settings.storage
         while not self._stopping:
@@ -240,28 +246,59 @@ class Worker:
                 self._backlog_seen.clear()
                 await self._backlog_seen.wait()
                 continue
-            want = min(self.batch, self.prefetch - len(self.buffer) - self._claiming)
-            if len(self.buffer) + self._claiming >= self.lookahead or want <= 0:
-                self._room.clear()
-                await self._room.wait()
+            # Idle slots and nothing buffered for them: claim straight into Processing and start
+            # (one write per job fewer). Otherwise fill the prefetch buffer with Fetched jobs.
+            idle = self._idle_slots()
+            start_now = idle > 0
+            if start_now:
+                want = min(self.batch, idle)
+            elif not primary:
+                # The second fetcher only claims for idle slots; the buffer is the first one's.
+                self._slot.clear()
+                await self._slot.wait()
                 continue
+            else:
+                want = min(self.batch, self.prefetch - len(self.buffer) - self._claiming)
+                if len(self.buffer) + self._claiming >= self.lookahead or want <= 0:
+                    self._room.clear()
+                    await self._room.wait()
+                    continue
             if primary:
                 self._wake.clear()
-            self._claiming += want
+            if start_now:
+                self._starting += want
+            else:
+                self._claiming += want
             try:
-                jobs = await self._db(self.storage.fetch, self.id, want, self.queues)
+                jobs = await self._db(
+                    functools.partial(
+                        self.storage.fetch,
+                        self.id,
+                        want,
+                        self.queues,
+                        start=start_now,
+                        zombie_retry_types=self._zombie_retry_types,
+                        skip=list(self.running),
+                    )
+                )
                 self.stats["fetches"] += 1
             except Exception:
                 log.exception("fetch failed; retrying in %.1fs", poll)
                 jobs = []
             finally:
-                self._claiming -= want
+                if start_now:
+                    self._starting -= want
+                else:
+                    self._claiming -= want
                 self._room.set()  # the other fetcher may have been waiting on this claim's share
             self._backlog = len(jobs) == want
             if self._backlog:
                 self._backlog_seen.set()
+            if jobs and start_now:
+                self._launch(jobs, {})
+                continue
             if jobs:
-                self.buffer.extend(await self._drop_own_reruns(jobs))
+                self.buffer.extend(jobs)
                 self._buffered.set()
                 continue
             if primary:
@@ -293,23 +330,6 @@ class Worker:
                 self._starting -= len(batch)
                 self._slot.set()  # the other starter may have been waiting on these slots
 
-    async def _drop_own_reruns(self, jobs: list[JobRecord]) -> list[JobRecord]:
-        """Give back jobs whose previous run is still alive in this process.
-
-        That happens when a run was declared a zombie and an operator resurrected it while it kept
-        going here. Worker id and attempt number would then match both runs, so the fence could
-        not tell them apart; the new run must wait until the old one is gone.
-        """
-        rerun = [j for j in jobs if j.id in self.running]
-        if not rerun:
-            return jobs
-        log.warning("releasing %d job(s) whose previous run is still active here", len(rerun))
-        try:
-            await self._db(self.storage.release, self.id, [j.lease for j in rerun])
-        except Exception:
-            log.exception("release failed; the sweep will return them after Recovery.FetchedJobTimeout")
-        return [j for j in jobs if j.id not in self.running]
-
     async def _start_batch(self, batch: list[JobRecord]) -> None:
         by_id = {j.id: j for j in batch}
         try:
@@ -320,15 +340,20 @@ class Worker:
             await asyncio.sleep(self.settings.storage.polling_interval)
             return
         self._conflict("start", len(result.lost))
+        self._launch(result.started, by_id)
+
+    def _launch(self, started: list[JobRecord], fetched: dict[str, JobRecord]) -> None:
+        """Run the handlers of jobs now Processing. ``fetched``: their records as claimed, for
+        jobs that waited in the buffer (the lag is measured to when they were due)."""
         now = datetime.now(UTC).replace(tzinfo=None)
         ins = instruments()
         # Looked up once per batch: asking OpenTelemetry for its provider is not free.
         traced = tracing_active()
-        for rec in result.started:
-            fetched = by_id[rec.id]
-            if fetched.scheduled_at_utc is not None:
+        for rec in started:
+            due = fetched[rec.id].scheduled_at_utc if rec.id in fetched else rec.scheduled_at_utc
+            if due is not None:
                 ins.queue_lag.record(
-                    max(0.0, (now - fetched.scheduled_at_utc).total_seconds() * 1000),
+                    max(0.0, (now - due).total_seconds() * 1000),
                     {"queue": rec.queue, "type": rec.type},
                 )
             ctx = JobContext(

@@ -70,11 +70,44 @@ def status_in(column: ColumnElement[Any], *statuses: int) -> ColumnElement[bool]
     return column.in_([literal_column(str(int(s))) for s in statuses])
 
 
+def _zombie_retry_flag(zombie_retry: bool) -> Any:
+    """ZombieRetry as stamped at start: true for the job types whose handlers asked for it."""
+    if not zombie_retry:
+        return false()
+    hot = jobs_hot.c
+    return case((in_list(hot.Type, bindparam("zombie_types", type_=ListParam(hot.Type.type))), true()), else_=false())
+
+
+def _started_values(zombie_retry: bool) -> dict[str, Any]:
+    """Fetched -> Processing, or Pending -> Processing for a claim that starts at once."""
+    hot = jobs_hot.c
+    return {
+        "Status": PROCESSING,
+        "AttemptCount": hot.AttemptCount + 1,
+        "StartedAtUtc": utcnow(),
+        "HeartbeatUtc": utcnow(),
+        "LastUpdatedUtc": utcnow(),
+        "ZombieRetry": _zombie_retry_flag(zombie_retry),
+    }
+
+
 @functools.lru_cache(maxsize=256)
-def _claim_statement(by_queue: bool, limited: bool, limit: int) -> Any:
-    """The claim UPDATE, built once per shape (building it per call costs more than running it)."""
+def _claim_statement(by_queue: bool, limited: bool, limit: int, start: bool = False, zombie_retry: bool = False) -> Any:
+    """The claim UPDATE, built once per shape (building it per call costs more than running it).
+
+    ``start``: the claimed jobs go straight to Processing, for a worker with idle slots that
+    starts them at once. Fetched exists for jobs that wait in a prefetch buffer; a job started
+    right away skips it and saves a write.
+    """
     cand_t = jobs_hot.alias("cand")
-    cand = select(cand_t.c.Id).where(status_is(cand_t.c.Status, PENDING), cand_t.c.ScheduledAtUtc <= utcnow())
+    cand = select(cand_t.c.Id).where(
+        status_is(cand_t.c.Status, PENDING),
+        cand_t.c.ScheduledAtUtc <= utcnow(),
+        # Jobs whose previous run is still alive in the claiming worker: an operator resurrected
+        # a zombie that kept running there. Worker id and attempt number would match both runs,
+        # so the fence could not tell them apart; the new run waits until the old one is gone.
+        ~in_list(cand_t.c.Id, bindparam("claim_skip", type_=ListParam(cand_t.c.Id.type))),
+    )
     if by_queue:
         cand = cand.where(cand_t.c.Queue.in_(bindparam("claim_queues", expanding=True)))
     blocked = queues.c.IsPaused == true()
@@ -94,12 +127,10 @@ def _claim_statement(by_queue: bool, limited: bool, limit: int) -> Any:
     # Id alone: the CTE holds the row locks, and a Status filter here would tempt the planner
     # to scan the whole Pending index for every claim.
     chosen = cand.cte("claim").prefix_with("MATERIALIZED", dialect="postgresql")
-    return (
-        update(jobs_hot)
-        .where(jobs_hot.c.Id.in_(select(chosen.c.Id)))
-        .values(Status=FETCHED, WorkerId=bindparam("claim_worker"), LastUpdatedUtc=utcnow())
-        .returning(*jobs_hot.c)
-    )
+    values: dict[str, Any] = {"Status": FETCHED, "WorkerId": bindparam("claim_worker"), "LastUpdatedUtc": utcnow()}
+    if start:
+        values.update(_started_values(zombie_retry))
+    return update(jobs_hot).where(jobs_hot.c.Id.in_(select(chosen.c.Id))).values(values).returning(*jobs_hot.c)
 
 
 @functools.lru_cache(maxsize=8)
@@ -243,22 +274,10 @@ def _fail_statements() -> MoveStatements:
 def _start_statement(groups: int, zombie_retry: bool) -> Any:
     hot = jobs_hot.c
     paused = exists().where(queues.c.Name == hot.Queue, queues.c.IsPaused == true())
-    retry_flag: Any = (
-        case((in_list(hot.Type, bindparam("zombie_types", type_=ListParam(hot.Type.type))), true()), else_=false())
-        if zombie_retry
-        else false()
-    )
     return (
         update(jobs_hot)
         .where(_fence(groups, FETCHED), ~paused)
-        .values(
-            Status=PROCESSING,
-            AttemptCount=hot.AttemptCount + 1,
-            StartedAtUtc=utcnow(),
-            HeartbeatUtc=utcnow(),
-            LastUpdatedUtc=utcnow(),
-            ZombieRetry=retry_flag,
-        )
+        .values(_started_values(zombie_retry))
         # Only what changed: the caller already holds the rest of each row.
         .returning(hot.Id, hot.AttemptCount, hot.StartedAtUtc, hot.HeartbeatUtc, hot.LastUpdatedUtc, hot.ZombieRetry)
     )
@@ -289,6 +308,13 @@ def _release_statement(groups: int) -> Any:
 def new_job_id() -> str:
     # Time-ordered ids keep SQL Server's clustered primary key appending, not splitting pages.
     return str(ULID())
+
+
+@dataclass(frozen=True, slots=True)
+class _ClaimOptions:
+    start: bool
+    zombie_retry_types: tuple[str, ...]
+    skip: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -545,13 +571,17 @@ class Storage:
         queue_names: Sequence[str] | None,
         *,
         limited: bool,
+        claim: _ClaimOptions,
     ) -> list[JobRecord]:
         if limit <= 0:
             return []
-        params: dict[str, Any] = {"claim_worker": worker_id}
+        params: dict[str, Any] = {"claim_worker": worker_id, "claim_skip": list(claim.skip)}
         if queue_names:
             params["claim_queues"] = list(queue_names)
-        stmt = _claim_statement(bool(queue_names), limited, limit)
+        zombie_retry = claim.start and bool(claim.zombie_retry_types)
+        if zombie_retry:
+            params["zombie_types"] = list(claim.zombie_retry_types)
+        stmt = _claim_statement(bool(queue_names), limited, limit, claim.start, zombie_retry)
         return [hot_record(r) for r in conn.execute(stmt, params).all()]
 
     def _limited_queues(self) -> list[str]:
@@ -572,13 +602,29 @@ class Storage:
             self._limited_cache = (time.monotonic(), names)
         return names
 
-    def fetch(self, worker_id: str, limit: int, queue_names: Sequence[str] | None = None) -> list[JobRecord]:
+    def fetch(
+        self,
+        worker_id: str,
+        limit: int,
+        queue_names: Sequence[str] | None = None,
+        *,
+        start: bool = False,
+        zombie_retry_types: Collection[str] = (),
+        skip: Collection[str] = (),
+    ) -> list[JobRecord]:
         """Claim up to ``limit`` due Pending jobs (Pending -> Fetched) for ``worker_id``.
+
+        ``start``: Pending -> Processing instead, for jobs the worker starts at once (attempt
+        counted, heartbeat and ZombieRetry stamped as by :meth:`start`). ``skip``: ids never to
+        claim (the worker's own runs that are still alive).
 
         Paused queues are skipped. Queues with MaxWorkers are claimed separately under a lock on
         their queue row, so the count of their Fetched and Processing jobs never passes the limit.
         """
-        claimed = self.write_one(lambda c: self._claim(c, worker_id, limit, queue_names, limited=False), op="fetch")
+        opts = _ClaimOptions(start, tuple(zombie_retry_types), tuple(skip))
+        claimed = self.write_one(
+            lambda c: self._claim(c, worker_id, limit, queue_names, limited=False, claim=opts), op="fetch"
+        )
         limited = [n for n in self._limited_queues() if not queue_names or n in queue_names]
 
         def claim_limited(c: Connection) -> list[JobRecord]:
@@ -598,7 +644,7 @@ class Storage:
                     .where(jobs_hot.c.Queue == name, status_in(jobs_hot.c.Status, FETCHED, PROCESSING))
                 ).scalar_one()
                 allowance = int(locked.MaxWorkers) - int(active)
-                more += self._claim(c, worker_id, min(room, allowance), [name], limited=True)
+                more += self._claim(c, worker_id, min(room, allowance), [name], limited=True, claim=opts)
             return more
 
         if limited and len(claimed) < limit:

@@ -16,7 +16,7 @@ from tests.helpers import wait_for
 
 def claim_plan(app: ChokaQ) -> str:
     comp = _claim_statement(False, False, 20).compile(dialect=app.storage.engine.dialect)
-    params: dict[str, Any] = {**comp.params, "claim_worker": "w-plan"}
+    params: dict[str, Any] = {**comp.params, "claim_worker": "w-plan", "claim_skip": []}
 
     def explain(c: Any) -> str:
         rows = c.exec_driver_sql("EXPLAIN " + comp.string, params).all()

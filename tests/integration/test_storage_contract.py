@@ -299,6 +299,30 @@ def test_transient_errors_replay_the_transaction(storage: Storage) -> None:
         enqueue(storage)
 
 
+def test_a_claim_can_start_its_jobs_at_once(storage: Storage) -> None:
+    idem = enqueue(storage, type="idem")
+    plain = enqueue(storage, type="plain")
+    skipped = enqueue(storage)
+    jobs = storage.fetch("w1", 10, start=True, zombie_retry_types={"idem"}, skip=[skipped])
+    assert {j.id for j in jobs} == {idem, plain}
+    for job in jobs:
+        stored = storage.get_job(job.id)
+        assert stored is not None
+        for record in (job, stored):
+            assert record.status == JobStatus.PROCESSING and record.attempt_count == 1
+            assert record.worker_id == "w1"
+            assert record.started_at_utc is not None and record.heartbeat_utc is not None
+            assert record.zombie_retry is (job.id == idem)
+    # The leases it hands out are those of started jobs: heartbeats and moves accept them.
+    leases = [j.lease for j in jobs]
+    assert storage.heartbeat("w1", leases) == {idem, plain}
+    assert storage.start("w1", jobs).started == []  # nothing Fetched to start
+    assert storage.complete("w1", [Completion(lease, 1) for lease in leases]) == {idem, plain}
+    assert totals(storage)[0] == 2
+    # Skipped, not lost: the next claim takes it.
+    assert [j.id for j in storage.fetch("w1", 10)] == [skipped]
+
+
 def test_enqueue_joins_the_callers_transaction(storage: Storage) -> None:
     with storage.engine.connect() as conn:
         with conn.begin():

@@ -314,7 +314,7 @@ def test_a_resurrected_zombie_is_not_run_beside_its_old_run(db_url: str, run_wor
     assert app.sweep().archived == 1
     AdminStore(app.storage).resurrect(job_id, Actor("ops", "operator"))
     before = metric_total("chokaq.jobs.state_transition_conflicts", transition="complete")
-    # The worker fetches the job again while its first run is still going, and gives it back.
+    # The worker does not claim the job again while its first run is still going.
     deadline = time.monotonic() + 0.5
     while time.monotonic() < deadline:
         assert runs == [1]
@@ -343,6 +343,27 @@ def test_new_work_wakes_an_idle_worker_before_its_next_poll(db_url: str, run_wor
     app.enqueue("ping", {})
     assert done.wait(20), "the idle worker was not woken by the enqueue"
     w.stop()
+
+
+def test_an_idle_worker_starts_what_it_claims_without_a_fetched_step(db_url: str, run_worker: Any) -> None:
+    app = make_app(db_url)
+    ops: list[str] = []
+    app.storage.fault_injector = ops.append
+    attempts: list[int] = []
+
+    @app.job("quick")
+    async def quick(payload: dict[str, Any], ctx: JobContext) -> None:
+        attempts.append(ctx.attempt)
+
+    w = run_worker(app, concurrency=4)
+    for n in range(1, 4):
+        app.enqueue("quick", {})
+        wait_for(lambda n=n: totals(app.storage)[0] == n)  # type: ignore[misc]
+    w.stop()
+    assert attempts == [1, 1, 1]
+    # Idle slots: each job went Pending -> Processing in its claim; no start statement ran.
+    assert "start" not in ops and ops.count("fetch") >= 3, ops
+    assert w.worker.stats["conflicts"] == 0
 
 
 def test_a_slow_finaliser_holds_back_new_starts(db_url: str, run_worker: Any) -> None:

@@ -63,6 +63,7 @@ def run_everything(s: Storage) -> None:
     s.enqueue(EnqueueRequest(type="a", delay_seconds=0.5))
     ids = s.enqueue_many([EnqueueRequest(type="a") for _ in range(6)] + [EnqueueRequest(type="b", queue="limited")])
     jobs = s.fetch("w", 10)
+    s.fetch("w", 2, start=True, zombie_retry_types={"a"}, skip=[ids[0]])
     started = s.start("w", jobs, {"a"}).started
     leases = [j.lease for j in started]
     s.heartbeat("w", leases)
@@ -133,6 +134,22 @@ def test_claim_carries_the_lock_hints_and_outputs_rows(captured: tuple[Storage, 
     assert "OUTPUT inserted.[Id]" in claim
     assert "ORDER BY cand.[Priority] DESC, cand.[ScheduledAtUtc], cand.[CreatedAtUtc]" in claim
     assert "SYSUTCDATETIME()" in claim
+
+
+def test_a_claim_that_starts_is_the_same_locked_claim(captured: tuple[Storage, list[str]]) -> None:
+    storage, seen = captured
+    storage.enqueue(EnqueueRequest(type="a"))
+    storage.fetch("w", 5, start=True, zombie_retry_types={"a"}, skip=["01HNOTHING"])
+    (claim,) = [s for s in seen if "WITH claim AS" in s]
+    assert "FROM chokaq.[JobsHot] AS cand WITH (UPDLOCK, READPAST, ROWLOCK)" in claim
+    assert "NOT cand.[Id] IN (SELECT CAST([value] AS VARCHAR(50)) FROM OPENJSON(:claim_skip))" in claim
+    assert "[AttemptCount]=(chokaq.[JobsHot].[AttemptCount] + :AttemptCount_1)" in claim
+    assert "[StartedAtUtc]=SYSUTCDATETIME(), [LastUpdatedUtc]=SYSUTCDATETIME()" in claim.replace(
+        "[HeartbeatUtc]=SYSUTCDATETIME(), ", ""
+    )
+    zombie_flag = "[ZombieRetry]=CASE WHEN chokaq.[JobsHot].[Type] IN (SELECT CAST([value] AS VARCHAR(255))"
+    assert zombie_flag in claim
+    assert "OUTPUT inserted.[Id]" in claim and "inserted.[AttemptCount]" in claim
 
 
 def test_moves_delete_with_output_deleted(captured: tuple[Storage, list[str]]) -> None:
