@@ -296,6 +296,9 @@ class Worker:
                 self._backlog_seen.set()
             if jobs and start_now:
                 self._launch(jobs, {})
+                # Let the handlers begin before counting free slots again: those that finish at
+                # once leave their slots idle for the next claim instead of sending it to the buffer.
+                await asyncio.sleep(0)
                 continue
             if jobs:
                 self.buffer.extend(jobs)
