@@ -288,6 +288,9 @@ class Worker:
             finally:
                 if start_now:
                     self._starting -= want
+                    # Slots this claim held but did not fill are free again: a starter that saw
+                    # them taken may be waiting with jobs in the buffer.
+                    self._slot.set()
                 else:
                     self._claiming -= want
                 self._room.set()  # the other fetcher may have been waiting on this claim's share

@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from chokaq import ChokaQ, FatalError, JobContext, ThrottledError
+from chokaq.domain.models import EnqueueRequest
 from chokaq.domain.states import FailureReason, JobStatus, Location
 from chokaq.runtime.worker import Worker
 from tests.conftest import metric_total, otel_memory
@@ -364,6 +365,31 @@ def test_an_idle_worker_starts_what_it_claims_without_a_fetched_step(db_url: str
     # Idle slots: each job went Pending -> Processing in its claim; no start statement ran.
     assert "start" not in ops and ops.count("fetch") >= 3, ops
     assert w.worker.stats["conflicts"] == 0
+
+
+def test_bursts_never_strand_jobs_in_the_buffer(db_url: str, run_worker: Any) -> None:
+    """Claims for idle slots and buffered starts share the slots. A claim that comes back short
+    frees the slots it held; a starter waiting for them must hear of it, or jobs already in the
+    buffer wait for a handler that will never finish (seen as a hung benchmark at the end of a
+    backlog). Each burst's end is another chance for that race."""
+    app = make_app(
+        db_url,
+        execution={"concurrency": 4, "fetch_batch_size": 4, "prefetch": 4},
+        # Only the same-process wake-up starts a burst: a poll cannot rescue a stranded buffer.
+        storage={"polling_interval": 300, "listen_notify": False},
+    )
+    seen: list[str] = []
+
+    @app.job("noop")
+    async def noop(payload: dict[str, Any], ctx: JobContext) -> None:
+        seen.append(ctx.job_id)
+
+    w = run_worker(app, concurrency=4)
+    for burst in range(1, 41):
+        app.storage.enqueue_many([EnqueueRequest(type="noop", payload="{}") for _ in range(100)])
+        wait_for(lambda b=burst: len(seen) == 100 * b, timeout=10)  # type: ignore[misc]
+    w.stop()
+    assert len(set(seen)) == len(seen) == 4000
 
 
 def test_a_slow_finaliser_holds_back_new_starts(db_url: str, run_worker: Any) -> None:
