@@ -1,5 +1,6 @@
-"""A worker: claims batches into a prefetch buffer, runs handlers with a concurrency limit, keeps
-their heartbeats fresh in one statement per tick, and finalises outcomes in batches."""
+"""A worker: claims batches (straight into Processing for idle slots, else into a prefetch buffer),
+runs handlers with a concurrency limit, keeps their heartbeats fresh in one statement per tick,
+and finalises outcomes in batches."""
 
 from __future__ import annotations
 
@@ -298,7 +299,7 @@ class Worker:
             if self._backlog:
                 self._backlog_seen.set()
             if jobs and start_now:
-                self._launch(jobs, {})
+                self._launch(jobs)
                 # Let the handlers begin before counting free slots again: those that finish at
                 # once leave their slots idle for the next claim instead of sending it to the buffer.
                 await asyncio.sleep(0)
@@ -337,7 +338,6 @@ class Worker:
                 self._slot.set()  # the other starter may have been waiting on these slots
 
     async def _start_batch(self, batch: list[JobRecord]) -> None:
-        by_id = {j.id: j for j in batch}
         try:
             result = await self._db(self.storage.start, self.id, batch, self._zombie_retry_types)
         except Exception:
@@ -346,20 +346,18 @@ class Worker:
             await asyncio.sleep(self.settings.storage.polling_interval)
             return
         self._conflict("start", len(result.lost))
-        self._launch(result.started, by_id)
+        self._launch(result.started)
 
-    def _launch(self, started: list[JobRecord], fetched: dict[str, JobRecord]) -> None:
-        """Run the handlers of jobs now Processing. ``fetched``: their records as claimed, for
-        jobs that waited in the buffer (the lag is measured to when they were due)."""
+    def _launch(self, started: list[JobRecord]) -> None:
+        """Run the handlers of jobs now Processing."""
         now = datetime.now(UTC).replace(tzinfo=None)
         ins = instruments()
         # Looked up once per batch: asking OpenTelemetry for its provider is not free.
         traced = tracing_active()
         for rec in started:
-            due = fetched[rec.id].scheduled_at_utc if rec.id in fetched else rec.scheduled_at_utc
-            if due is not None:
+            if rec.scheduled_at_utc is not None:
                 ins.queue_lag.record(
-                    max(0.0, (now - due).total_seconds() * 1000),
+                    max(0.0, (now - rec.scheduled_at_utc).total_seconds() * 1000),
                     {"queue": rec.queue, "type": rec.type},
                 )
             ctx = JobContext(
