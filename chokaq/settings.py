@@ -70,9 +70,9 @@ class StorageSettings(BaseModel):
     listen_notify: bool = Field(default=True, description="use LISTEN/NOTIFY on PostgreSQL")
     refresh_statistics: bool = Field(
         default=True,
-        description="PostgreSQL: workers check JobsHot about once a second and ANALYZE it when it holds over "
-        "twice the rows last counted, or over 10% of it changed and the last ANALYZE is over 10 s old, "
-        "instead of waiting a minute or more for autovacuum",
+        description="PostgreSQL: workers check JobsHot about once a second while busy (every 10 s idle) "
+        "and ANALYZE it when it holds over twice the rows last counted, or over 10% of it changed and "
+        "the last ANALYZE is over 10 s old, instead of waiting a minute or more for autovacuum",
     )
 
 

@@ -9,6 +9,7 @@ import contextlib
 import contextvars
 import functools
 import logging
+import math
 import os
 import random
 import signal
@@ -41,8 +42,10 @@ CANCEL_SHUTDOWN = "shutdown"
 CANCEL_HEARTBEAT = "heartbeat_failure"
 CANCEL_LOST = "lost_ownership"
 CANCEL_TIMEOUT = "timeout"
-# A burst is seen within about a second of PostgreSQL counting it; the check is one cheap read.
+# While a worker has a backlog, a burst is seen within about a second of PostgreSQL counting it;
+# the check is one cheap read. Idle workers check less often.
 STATISTICS_CHECK_SECONDS = 1.0
+STATISTICS_IDLE_CHECK_SECONDS = 10.0
 
 
 @dataclass
@@ -593,12 +596,16 @@ class Worker:
     async def _statistics_loop(self) -> None:
         """Storage.RefreshStatistics: after a burst into a new or quiet JobsHot, PostgreSQL plans
         every claim as a read and sort of the whole backlog until the table is analysed again;
-        autovacuum may take a minute or more. The worker checks at start and about every second."""
+        autovacuum may take a minute or more. The worker checks at start, then about every second
+        while its claims come back full (a backlog: bursts show up so), else every ten seconds."""
+        last = -math.inf
         while True:
-            try:
-                await self._db(self.storage.refresh_statistics)
-            except Exception as exc:  # an optimisation: never let it stop the worker
-                log.warning("planner statistics check failed: %s", exc)
+            if self._backlog or time.monotonic() - last >= STATISTICS_IDLE_CHECK_SECONDS:
+                last = time.monotonic()
+                try:
+                    await self._db(self.storage.refresh_statistics)
+                except Exception as exc:  # an optimisation: never let it stop the worker
+                    log.warning("planner statistics check failed: %s", exc)
             await asyncio.sleep(random.uniform(0.8, 1.2) * STATISTICS_CHECK_SECONDS)
 
     def _cancel(self, run: Running, reason: str) -> None:

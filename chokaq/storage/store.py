@@ -841,7 +841,7 @@ class Storage:
     # ------------------------------------------------------------------ planner statistics
     def refresh_statistics(self, *, min_age: float = STATISTICS_MIN_AGE) -> bool:
         """PostgreSQL only: ANALYZE JobsHot when the planner's picture of it is stale. Returns
-        whether it did. Workers call it about once a second.
+        whether it did. Busy workers call it about once a second.
 
         A burst into a new or quiet table leaves the planner believing there are almost no
         Pending rows. It then claims by reading and sorting every Pending row instead of walking

@@ -4,6 +4,7 @@ again instead of sorting the whole backlog (Storage.RefreshStatistics)."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from sqlalchemy import text
@@ -93,6 +94,27 @@ def test_a_starting_worker_refreshes_them(pg_url: str) -> None:
         worker.stop()
         thread.join(30)
     assert 'Index Scan using "IX_JobsHot_FetchAny"' in claim_plan(app)
+    app.close()
+
+
+def test_an_idle_worker_checks_rarely(pg_url: str) -> None:
+    app = ChokaQ(storage_url=pg_url, storage={"listen_notify": False, "polling_interval": 0.05})
+    app.storage.upgrade()
+    ops: list[str] = []
+    app.storage.fault_injector = ops.append
+    worker = app.worker()
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    try:
+        # 80 empty polls 50 ms apart: at least 4 s of an idle worker, no backlog, no burst to see.
+        wait_for(lambda: worker.stats["fetches"] >= 80, timeout=30)
+    finally:
+        worker.stop()
+        thread.join(30)
+    elapsed = time.monotonic() - started
+    # The check at start, then one every 8-12 s: never the once-a-second pace of a busy worker.
+    assert ops.count("statistics_check") <= 1 + int(elapsed / 8), (ops.count("statistics_check"), elapsed)
     app.close()
 
 
