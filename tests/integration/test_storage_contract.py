@@ -128,6 +128,18 @@ def test_max_workers_holds_across_workers(storage: Storage) -> None:
     assert len(storage.fetch("w3", 5)) == 1
 
 
+def test_max_workers_counts_claims_that_start(storage: Storage) -> None:
+    storage.update_queue("limited", max_workers=2)
+    for _ in range(6):
+        enqueue(storage, queue="limited")
+    running = storage.fetch("w1", 5, start=True)
+    assert len(running) == 2 and {j.status for j in running} == {JobStatus.PROCESSING}
+    assert storage.fetch("w2", 5, start=True) == []
+    storage.complete("w1", [Completion(running[0].lease, 1)])
+    (third,) = storage.fetch("w2", 5, start=True)
+    assert third.status == JobStatus.PROCESSING and third.attempt_count == 1
+
+
 def test_start_is_fenced_by_worker(storage: Storage) -> None:
     enqueue(storage)
     (job,) = storage.fetch("w1", 1)
