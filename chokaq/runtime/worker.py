@@ -107,7 +107,7 @@ class Worker:
         self._backlog_seen = asyncio.Event()  # a claim came back full
         self._backlog = False
         self._claiming = 0  # jobs asked for by fetches in flight
-        self._starting = 0  # jobs in start batches in flight
+        self._starting = 0  # slots held by start batches and claims for idle slots in flight
         self._stopping = False
         self._stopped = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -236,11 +236,16 @@ class Worker:
         loops += [self._start_loop(), self._start_loop()]
         await asyncio.gather(*(asyncio.create_task(loop) for loop in loops))
 
-    def _idle_slots(self) -> int:
-        """Slots that no running, starting or buffered job will fill: jobs claimed for them can
-        start at once."""
+    def _free_slots(self) -> int:
+        """Slots neither running a handler nor held by a start in flight. Handlers free theirs
+        when they return, before the finaliser writes their outcome; bounding those too
+        (Concurrency + Prefetch in all) keeps a slow database from piling up Processing rows."""
         free = min(self.concurrency - len(self.executing), self.max_held - len(self.running))
-        return free - self._starting - len(self.buffer)
+        return free - self._starting
+
+    def _idle_slots(self) -> int:
+        """Free slots that no buffered job will fill: jobs claimed for them can start at once."""
+        return self._free_slots() - len(self.buffer)
 
     async def _fetch_loop(self, *, primary: bool) -> None:
         storage = self.settings.storage
@@ -318,11 +323,7 @@ class Worker:
 
     async def _start_loop(self) -> None:
         while not self._stopping:
-            # Handlers free their slot when they return, before the finaliser writes their outcome.
-            # Bounding those too (Concurrency + Prefetch in all) keeps a slow database from
-            # piling up Processing rows.
-            free = min(self.concurrency - len(self.executing), self.max_held - len(self.running))
-            free -= self._starting
+            free = self._free_slots()
             if free <= 0:
                 self._slot.clear()
                 await self._slot.wait()
