@@ -97,6 +97,7 @@ class AdminSettings(BaseModel):
     trust_app_service_auth: bool = False
     app_service_role_claim: str = "roles"
     event_poll_interval: float = Field(default=2.0, gt=0)
+    allowed_hosts: list[str] = Field(default_factory=list, description="Host header values the API answers to")
 
 
 class ChokaQSettings(BaseSettings):

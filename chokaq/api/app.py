@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -16,6 +17,7 @@ from chokaq import __version__
 from chokaq.api import events, routes_dlq, routes_jobs, routes_queues, routes_system
 from chokaq.api.auth import Authenticator, AuthError
 from chokaq.api.common import PayloadInvalid
+from chokaq.api.gate import RequestGate
 from chokaq.domain.errors import ConflictError, JobValidationError, NotFoundError
 from chokaq.runtime.app import ChokaQ
 from chokaq.storage.admin import AdminStore
@@ -84,10 +86,11 @@ def install_error_handlers(api: FastAPI) -> None:
     api.add_exception_handler(Exception, unexpected)
 
 
-def create_api(chokaq_app: ChokaQ, *, dev_open: bool = False) -> FastAPI:
+def create_api(chokaq_app: ChokaQ, *, dev_open: bool = False, allowed_hosts: Sequence[str] | None = None) -> FastAPI:
     """Build the admin API over ``chokaq_app``'s storage and handlers.
 
     ``dev_open=True`` makes anonymous callers admins. Only ``chokaq dev`` on 127.0.0.1 passes it.
+    ``allowed_hosts`` (with ``Admin.AllowedHosts``) are the ``Host`` values answered; others get 400.
     """
     authenticator = Authenticator(chokaq_app.settings.admin, dev_open=dev_open)
     api = FastAPI(
@@ -95,7 +98,12 @@ def create_api(chokaq_app: ChokaQ, *, dev_open: bool = False) -> FastAPI:
         version=__version__,
         description="Operator API for chokaq: stats, queues, jobs, the DLQ workflow (inspect, edit, "
                     "resurrect, purge), audit and live events. Errors are {\"error\": code, \"detail\": ...}.",
+        # Swagger UI and ReDoc load their code from a CDN: never on the Deck's origin.
+        docs_url=None,
+        redoc_url=None,
     )
+    hosts = [*(allowed_hosts or ()), *chokaq_app.settings.admin.allowed_hosts]
+    api.add_middleware(RequestGate, authenticator=authenticator, allowed_hosts=hosts or None)
     api.state.chokaq = chokaq_app
     api.state.admin_store = AdminStore(chokaq_app.storage)
     api.state.authenticator = authenticator

@@ -1,6 +1,10 @@
 """Field limits, shared by validation at the edge and by the column sizes in the schema."""
 
 MAX_PAYLOAD_BYTES = 1_000_000
+# A request body: the payload plus its envelope. Sent as ``payload_text`` (a JSON string holding
+# JSON text) every quote and backslash of the payload is escaped, which can double it.
+MAX_REQUEST_BYTES = 2 * MAX_PAYLOAD_BYTES + 64 * 1024
+MAX_PAYLOAD_DEPTH = 64
 MAX_QUEUE_LEN = 255
 MAX_TYPE_LEN = 255
 MAX_TAGS_LEN = 1000
