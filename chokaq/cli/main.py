@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from chokaq.cli.loading import load_app
 from chokaq.domain.errors import ChokaQError, ConfigurationError, JobValidationError
+from chokaq.domain.payload import parse_payload_text
 from chokaq.runtime.app import ChokaQ
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -210,10 +211,7 @@ def enqueue(
     created_by: str | None,
 ) -> None:
     """Enqueue a job and print its id."""
-    try:
-        data = json.loads(payload)
-    except json.JSONDecodeError as exc:
-        raise JobValidationError(f"payload is not valid JSON: {exc}") from None
+    data = parse_payload_text(payload)  # the payload gate: strict JSON, Unicode, depth, size
     app = c.app
     req = app.prepare(
         job_type, data, queue=queue, priority=priority, delay=delay, tags=tags,

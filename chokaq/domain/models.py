@@ -10,37 +10,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from chokaq.domain import limits
-from chokaq.domain.errors import JobValidationError
+from chokaq.domain.payload import check_payload_size, check_payload_text, encode_payload, readable
 from chokaq.domain.states import FailureReason, JobStatus, Location
 
-
-def encode_payload(payload: Any) -> str:
-    """Serialise a payload to compact JSON and enforce the size limit."""
-    if isinstance(payload, BaseModel):
-        text = payload.model_dump_json()
-    else:
-        try:
-            text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise JobValidationError(f"payload is not JSON-serialisable: {exc}") from exc
-    check_payload_size(text)
-    return text
-
-
-def check_payload_text(text: str) -> str:
-    """Validate raw JSON text supplied by a user (CLI, API, edits)."""
-    try:
-        json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise JobValidationError(f"payload is not valid JSON: {exc}") from exc
-    check_payload_size(text)
-    return text
-
-
-def check_payload_size(text: str) -> None:
-    size = len(text.encode("utf-8"))
-    if size > limits.MAX_PAYLOAD_BYTES:
-        raise JobValidationError(f"payload is {size} bytes; the limit is {limits.MAX_PAYLOAD_BYTES} UTF-8 bytes")
+__all__ = ["check_payload_size", "check_payload_text", "encode_payload"]
 
 
 class EnqueueRequest(BaseModel):
@@ -116,10 +89,7 @@ class JobRecord:
         def ts(value: datetime | None) -> str | None:
             return value.isoformat() + ("Z" if value.tzinfo is None else "") if value else None
 
-        try:
-            payload: Any = json.loads(self.payload)
-        except (TypeError, ValueError):
-            payload = self.payload
+        payload, problem = readable(self.payload)
         return {
             "id": self.id,
             "location": self.location.value,
@@ -127,6 +97,9 @@ class JobRecord:
             "queue": self.queue,
             "type": self.type,
             "payload": payload,
+            # True: the stored payload breaks the payload gate; ``payload`` is a truncated preview string.
+            "payload_invalid": problem is not None,
+            "payload_problem": problem,
             "tags": self.tags,
             "priority": self.priority,
             "idempotency_key": self.idempotency_key,

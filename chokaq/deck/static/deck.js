@@ -972,6 +972,9 @@ function renderInspector(replaceEditor) {
         job.error_details || "(none)")) : null,
     h("section", { class: "insp-sec" },
       h("h3", {}, h("label", { for: "insp-payload" }, canEdit ? "Payload (JSON, editable)" : "Payload (JSON)")),
+      job.payload_invalid ? h("p", { class: "form-error", role: "alert", testid: "insp-payload-invalid" },
+        `The stored payload is not valid (${job.payload_problem}); this is a truncated preview. `
+        + "Replace it with valid JSON, or purge the job.") : null,
       ta, canEdit ? jsonStatus : null, readOnlyNote,
       h("div", { class: "insp-row" },
         h("div", { class: "field grow" }, h("label", { for: "insp-tags" }, "Tags"), tags),
