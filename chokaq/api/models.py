@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError
@@ -251,17 +251,35 @@ class DlqFilterIn(_In):
     to: datetime | None = None
     search: Annotated[Text, Field(max_length=200)] | None = None
 
+    def is_empty(self) -> bool:
+        return all(v is None or v == "" for v in (self.queue, self.type, self.failure_reason, self.tag, self.from_,
+                                                  self.to, self.search))
+
 
 class BulkIn(_In):
     ids: list[JobId] | None = Field(default=None, max_length=limits.MAX_BULK_IDS)
     filter: DlqFilterIn | None = None
-    max_jobs: int = Field(default=limits.DEFAULT_BULK_MAX_JOBS, ge=1, le=limits.MAX_BULK_IDS)
-    dry_run: bool = False
+    all: StrictBool = Field(default=False, description="with an empty filter: yes, every dead job")
+    max_jobs: StrictInt = Field(default=limits.DEFAULT_BULK_MAX_JOBS, ge=1, le=limits.MAX_BULK_IDS)
+    dry_run: StrictBool = False
+    expected_count: StrictInt | None = Field(
+        default=None, ge=0, le=1_000_000_000,
+        description="a filter action: the `matched` count of the preview the operator confirmed; 409 if more match now",
+    )
+    snapshot: Annotated[Text, Field(max_length=100)] | None = Field(
+        default=None, description="a filter action: the preview's `snapshot`; only jobs inside it are touched"
+    )
 
     @model_validator(mode="after")
     def _ids_or_filter(self) -> BulkIn:
         if (self.ids is None) == (self.filter is None):
             raise ValueError("give either ids or filter")
+        if self.filter is not None and self.filter.is_empty() and not self.all:
+            raise ValueError("an empty filter matches every dead job: send \"all\": true to mean that")
+        if self.filter is not None and not self.dry_run and (
+                self.expected_count is None or (self.expected_count > 0 and self.snapshot is None)):
+            raise ValueError("preview first (dry_run: true), then send its matched count as expected_count "
+                             "and its snapshot")
         return self
 
 
@@ -271,6 +289,7 @@ class BulkOut(BaseModel):
     sample_ids: list[str]
     dry_run: bool
     skipped_ids: list[str]
+    snapshot: str | None = Field(default=None, description="a filter preview's bound: send it back with the action")
 
 
 class ArchivePurgeIn(_In):

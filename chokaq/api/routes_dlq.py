@@ -74,7 +74,7 @@ def _dead(app: ChokaQ, job_id: str) -> JobRecord:
 
 def _bulk_out(res: BulkResult) -> BulkOut:
     return BulkOut(matched=res.matched, affected=res.affected, sample_ids=res.sample_ids, dry_run=res.dry_run,
-                   skipped_ids=res.skipped_ids)
+                   skipped_ids=res.skipped_ids, snapshot=res.snapshot)
 
 
 @router.get("", response_model=JobPageOut, responses=ERRORS)
@@ -103,22 +103,27 @@ def list_dlq(
 def _selection(body: BulkIn) -> dict[str, Any]:
     """A bulk request's target for AdminStore: ids, or a filter with its cap."""
     if body.filter is not None:
-        return {"f": _filter(body.filter), "max_jobs": body.max_jobs, "dry_run": body.dry_run}
+        return {"f": _filter(body.filter), "max_jobs": body.max_jobs, "dry_run": body.dry_run,
+                "expected_count": body.expected_count, "snapshot": body.snapshot}
     return {"ids": body.ids, "dry_run": body.dry_run}
 
 
-@router.post("/resurrect", response_model=BulkOut, responses=ERRORS)
+@router.post("/resurrect", response_model=BulkOut, responses={**ERRORS, **CONFLICT})
 def resurrect_many(request: Request, body: BulkIn, who: Operator) -> BulkOut:
-    """Back to Pending by ids (<= 1000) or by filter (max_jobs, default 100, cap 1000); dry_run previews."""
+    """Back to Pending by ids (<= 1000) or by filter (max_jobs, default 100, cap 1000).
+
+    A filter action needs its preview: ``dry_run: true`` returns ``matched`` and a ``snapshot``; the
+    action sends them back as ``expected_count`` and ``snapshot``, touches only jobs inside the
+    snapshot, and is refused (409) when more jobs match than were confirmed."""
     res = admin_store(request).resurrect_many(actor(who), **_selection(body))
     if res.affected:
         publish("job.resurrected", who, ids=res.sample_ids, count=res.affected)
     return _bulk_out(res)
 
 
-@router.post("/purge", response_model=BulkOut, responses=ERRORS)
+@router.post("/purge", response_model=BulkOut, responses={**ERRORS, **CONFLICT})
 def purge(request: Request, body: BulkIn, who: Admin) -> BulkOut:
-    """Delete dead jobs for good, by ids or by filter; dry_run previews."""
+    """Delete dead jobs for good, by ids or by filter; a filter needs its preview (see resurrect)."""
     res = admin_store(request).purge_dlq(actor(who), **_selection(body))
     if res.affected:
         publish("job.purged", who, location="dlq", ids=res.sample_ids, count=res.affected)

@@ -208,7 +208,9 @@ def _run_bulk(c: Ctx, verb: str, action: Callable[..., BulkResult], ids: tuple[s
                 bar.update(len(chunk))
         else:
             while affected < planned:
-                r = action(who, f=f, max_jobs=min(step, planned - affected))
+                # Bound to the preview: only jobs it counted, refused (409) if more match now.
+                r = action(who, f=f, max_jobs=min(step, planned - affected),
+                           expected_count=preview.matched - affected, snapshot=preview.snapshot)
                 if r.affected == 0:
                     break
                 affected += r.affected

@@ -98,6 +98,24 @@ class BulkResult:
     sample_ids: list[str] = field(default_factory=list)
     dry_run: bool = False
     skipped_ids: list[str] = field(default_factory=list)
+    # A filter preview's bound: the newest matching job as "<FailedAtUtc ISO>|<Id>". The action
+    # that follows acts only on jobs at or before it, so jobs dead-lettered after the preview
+    # are never touched by a confirmation that did not count them.
+    snapshot: str | None = None
+
+
+def _snapshot_text(failed_at: datetime, job_id: str) -> str:
+    return f"{failed_at.isoformat()}|{job_id}"
+
+
+def parse_snapshot(text: str) -> tuple[datetime, str]:
+    when, sep, job_id = text.partition("|")
+    try:
+        if not sep or not job_id or len(job_id) > limits.MAX_JOB_ID_LEN:
+            raise ValueError
+        return datetime.fromisoformat(when), job_id
+    except ValueError:
+        raise JobValidationError("snapshot is not one a preview returned (dry_run: true gives one)") from None
 
 
 @dataclass(frozen=True)
@@ -396,13 +414,22 @@ class AdminStore:
         self.s.announce()
         return record
 
-    def _match_ids(self, c: Connection, f: JobFilter, max_jobs: int, location: Location) -> tuple[int, list[str]]:
+    def _match_ids(self, c: Connection, f: JobFilter, max_jobs: int, location: Location,
+                   bound: tuple[datetime, str] | None = None) -> tuple[int, list[str], str | None]:
+        """The total matching now, the oldest ``max_jobs`` of them inside ``bound``, and the bound
+        of the whole matching set (its newest job)."""
         t = TABLES[location]
         conds = self.where(location, f)
         total = c.execute(select(func.count()).select_from(t).where(*conds)).scalar_one()
         time_col = t.c[TIME_COLUMN[location]]
-        q: Select[Any] = select(t.c.Id).where(*conds).order_by(time_col, t.c.Id).limit(max_jobs)
-        return int(total), [r[0] for r in c.execute(q).all()]
+        inside = list(conds)
+        if bound is not None:
+            inside.append(or_(time_col < bound[0], and_(time_col == bound[0], t.c.Id <= bound[1])))
+        q: Select[Any] = select(t.c.Id).where(*inside).order_by(time_col, t.c.Id).limit(max_jobs)
+        newest = c.execute(select(time_col, t.c.Id).where(*conds).order_by(time_col.desc(), t.c.Id.desc())
+                           .limit(1)).first()
+        snap = _snapshot_text(newest[0], newest[1]) if newest is not None and newest[0] is not None else None
+        return int(total), [r[0] for r in c.execute(q).all()], snap
 
     def _bulk(
         self,
@@ -413,9 +440,16 @@ class AdminStore:
         actor: Actor,
         dry_run: bool,
         mover: Any,
+        expected_count: int | None = None,
+        snapshot: str | None = None,
     ) -> BulkResult:
         if (ids is None) == (f is None):
             raise JobValidationError("give either ids or a filter")
+        bound = parse_snapshot(snapshot) if snapshot is not None else None
+        # A filter acts only on what a preview counted: the count confirmed and its bound.
+        if f is not None and not dry_run and (expected_count is None or (expected_count > 0 and bound is None)):
+            raise JobValidationError("preview first (dry_run: true), then send its matched count as "
+                                     "expected_count and its snapshot")
         if ids is not None:
             if len(ids) > limits.MAX_BULK_IDS:
                 raise JobValidationError(f"at most {limits.MAX_BULK_IDS} ids per request")
@@ -426,20 +460,26 @@ class AdminStore:
             raise JobValidationError(f"max_jobs must be 1..{limits.MAX_BULK_IDS}")
 
         def work(c: Connection) -> BulkResult:
+            snap: str | None = None
             if f is not None:
-                matched, chosen = self._match_ids(c, f, max_jobs, Location.DLQ)
+                matched, chosen, snap = self._match_ids(c, f, max_jobs, Location.DLQ, bound)
                 where_extra = self.where(Location.DLQ, f)
+                if not dry_run and expected_count is not None and matched > expected_count:
+                    raise ConflictError(f"{matched} dead jobs match the filter now, but {expected_count} were "
+                                        "previewed and confirmed: nothing was changed; preview again")
             else:
                 assert ids is not None
                 chosen = [r[0] for r in c.execute(select(jobs_dlq.c.Id).where(jobs_dlq.c.Id.in_(ids))).all()]
                 matched, where_extra = len(chosen), []
             if dry_run:
-                return BulkResult(matched, 0, chosen[:SAMPLE_IDS], dry_run=True)
+                return BulkResult(matched, 0, chosen[:SAMPLE_IDS], dry_run=True, snapshot=snap)
             if not chosen:
                 return BulkResult(matched, 0, [], skipped_ids=list(ids or []))
             moved = mover(c, and_(jobs_dlq.c.Id.in_(chosen), *where_extra))
             moved_set = set(moved)
-            self.audit(c, actor, action, moved, {"filter": _filter_json(f)} if f is not None else None)
+            details = {"filter": _filter_json(f), "expected_count": expected_count, "snapshot": snapshot} \
+                if f is not None else None
+            self.audit(c, actor, action, moved, details)
             skipped = [i for i in (ids or chosen) if i not in moved_set]
             return BulkResult(matched, len(moved), moved[:SAMPLE_IDS], skipped_ids=skipped)
 
@@ -456,12 +496,14 @@ class AdminStore:
         f: JobFilter | None = None,
         max_jobs: int = limits.DEFAULT_BULK_MAX_JOBS,
         dry_run: bool = False,
+        expected_count: int | None = None,
+        snapshot: str | None = None,
     ) -> BulkResult:
         def mover(c: Connection, where: ColumnElement[bool]) -> list[str]:
             rows = self._resurrect_rows(c, where, actor)
             return [r["Id"] for r in rows]
 
-        return self._bulk("dlq.resurrect", ids, f, max_jobs, actor, dry_run, mover)
+        return self._bulk("dlq.resurrect", ids, f, max_jobs, actor, dry_run, mover, expected_count, snapshot)
 
     def purge_dlq(
         self,
@@ -471,11 +513,13 @@ class AdminStore:
         f: JobFilter | None = None,
         max_jobs: int = limits.DEFAULT_BULK_MAX_JOBS,
         dry_run: bool = False,
+        expected_count: int | None = None,
+        snapshot: str | None = None,
     ) -> BulkResult:
         def mover(c: Connection, where: ColumnElement[bool]) -> list[str]:
             return [r[0] for r in c.execute(delete(jobs_dlq).where(where).returning(jobs_dlq.c.Id)).all()]
 
-        return self._bulk("dlq.purge", ids, f, max_jobs, actor, dry_run, mover)
+        return self._bulk("dlq.purge", ids, f, max_jobs, actor, dry_run, mover, expected_count, snapshot)
 
     # ------------------------------------------------------------------ cancel and retention
     def cancel(self, ids: Sequence[str], actor: Actor) -> BulkResult:

@@ -32,8 +32,9 @@ def test_bulk_resurrect_by_filter_dry_run_cap_and_stats(app: ChokaQ, client: Tes
     assert set(out["sample_ids"]) <= set(zombies) and len(out["sample_ids"]) == 5
     assert failed_total(s, "mail") == 10
 
-    # The real thing stops at max_jobs, oldest failures first.
-    r = client.post("/api/dlq/resurrect", headers=OPS, json=body)
+    # The real thing, bound to the preview, stops at max_jobs, oldest failures first.
+    r = client.post("/api/dlq/resurrect", headers=OPS,
+                    json={**body, "expected_count": out["matched"], "snapshot": out["snapshot"]})
     out = r.json()
     assert (out["matched"], out["affected"], out["dry_run"]) == (7, 5, False)
     assert set(out["sample_ids"]) <= set(zombies)
@@ -45,8 +46,10 @@ def test_bulk_resurrect_by_filter_dry_run_cap_and_stats(app: ChokaQ, client: Tes
         assert rec.attempt_count == 0 and rec.priority == 10 and rec.last_modified_by == "ops@example.com"
 
     # Filter by number works too; the rest of the zombies come back, fatal ones stay.
+    again = {"filter": {"queue": "mail", "failure_reason": 2}, "max_jobs": 1000}
+    preview = client.post("/api/dlq/resurrect", headers=OPS, json={**again, "dry_run": True}).json()
     r = client.post("/api/dlq/resurrect", headers=OPS,
-                    json={"filter": {"queue": "mail", "failure_reason": 2}, "max_jobs": 1000})
+                    json={**again, "expected_count": preview["matched"], "snapshot": preview["snapshot"]})
     assert r.json()["affected"] == 2
     assert failed_total(s, "mail") == 3
     left = client.get("/api/dlq", headers=VIEWER, params={"queue": "mail"}).json()
@@ -80,10 +83,11 @@ def test_bulk_limits_are_422(client: TestClient) -> None:
     assert both.status_code == 422 and both.json()["error"] == "validation_error"
     neither = client.post("/api/dlq/purge", headers=ADMIN, json={"dry_run": True})
     assert neither.status_code == 422
-    bad_reason = client.post("/api/dlq/purge", headers=ADMIN, json={"filter": {"failure_reason": "Sleepy"}})
+    bad_reason = client.post("/api/dlq/purge", headers=ADMIN,
+                             json={"filter": {"failure_reason": "Sleepy"}, "dry_run": True})
     assert bad_reason.status_code == 422 and "Zombie" in bad_reason.json()["detail"]
     assert client.post("/api/dlq/purge", headers=ADMIN,
-                       json={"filter": {"failure_reason": 42}}).status_code == 422
+                       json={"filter": {"failure_reason": 42}, "dry_run": True}).status_code == 422
 
 
 def test_purge_by_filter_with_dry_run_and_default_cap(app: ChokaQ, client: TestClient) -> None:
@@ -95,9 +99,10 @@ def test_purge_by_filter_with_dry_run_and_default_cap(app: ChokaQ, client: TestC
     r = client.post("/api/dlq/purge", headers=ADMIN, json={**f, "dry_run": True})
     assert (r.json()["matched"], r.json()["affected"]) == (105, 0)
     assert len(r.json()["sample_ids"]) == 20
-    r = client.post("/api/dlq/purge", headers=ADMIN, json=f)  # default max_jobs 100
+    bound = {"expected_count": 105, "snapshot": r.json()["snapshot"]}
+    r = client.post("/api/dlq/purge", headers=ADMIN, json={**f, **bound})  # default max_jobs 100
     assert (r.json()["matched"], r.json()["affected"]) == (105, 100)
-    r = client.post("/api/dlq/purge", headers=ADMIN, json=f)
+    r = client.post("/api/dlq/purge", headers=ADMIN, json={**f, **bound, "expected_count": 5})
     assert (r.json()["matched"], r.json()["affected"]) == (5, 5)
     left = client.get("/api/dlq", headers=VIEWER, params={"queue": "bulk"}).json()
     assert {j["id"] for j in left["items"]} == set(keep)
@@ -144,3 +149,64 @@ def test_archive_purge_in_batches(db_url: str, batch: int) -> None:
             assert all(a["details"]["batch_size"] == batch for a in rows)
     finally:
         app.close()
+
+
+# ---------------------------------------------------------------- bound to what the operator saw
+def _preview(client: TestClient, path: str, body: dict[str, object]) -> dict[str, object]:
+    r = client.post(path, headers=ADMIN, json={**body, "dry_run": True})
+    assert r.status_code == 200, r.text
+    out: dict[str, object] = r.json()
+    return out
+
+
+def test_a_filter_action_needs_its_preview(app: ChokaQ, client: TestClient) -> None:
+    make_dead(app.storage, 2, queue="p")
+    body = {"filter": {"queue": "p"}}
+    for extra in ({}, {"expected_count": 2}, {"snapshot": "x"}):
+        r = client.post("/api/dlq/purge", headers=ADMIN, json={**body, **extra})
+        assert r.status_code == 422 and "preview first" in r.text, r.text
+    r = client.post("/api/dlq/purge", headers=ADMIN, json={**body, "expected_count": 2, "snapshot": "not-one"})
+    assert r.status_code == 422 and "snapshot" in r.text
+    assert client.get("/api/dlq", headers=VIEWER).json()["total"] == 2
+
+
+def test_a_set_that_grew_after_the_preview_is_409_and_nothing_changes(app: ChokaQ, client: TestClient) -> None:
+    s = app.storage
+    make_dead(s, 3, queue="grow", details="smtp down")
+    body = {"filter": {"queue": "grow"}, "max_jobs": 1000}
+    preview = _preview(client, "/api/dlq/purge", body)
+    assert preview["matched"] == 3 and preview["snapshot"]
+    make_dead(s, 40, queue="grow", details="smtp down")  # more fail while the operator reads "Purge 3 jobs?"
+    r = client.post("/api/dlq/purge", headers=ADMIN,
+                    json={**body, "expected_count": 3, "snapshot": preview["snapshot"]})
+    assert r.status_code == 409, r.text
+    assert "43" in r.json()["detail"] and "3 were previewed" in r.json()["detail"]
+    assert client.get("/api/dlq", headers=VIEWER, params={"queue": "grow"}).json()["total"] == 43
+
+
+def test_only_jobs_inside_the_snapshot_are_touched(app: ChokaQ, client: TestClient) -> None:
+    s = app.storage
+    seen = make_dead(s, 5, queue="snap")
+    body = {"filter": {"queue": "snap"}, "max_jobs": 1000}
+    preview = _preview(client, "/api/dlq/resurrect", body)
+    # Meanwhile: two of the five are purged by someone else and two new ones fail: still 5 match.
+    assert client.post("/api/dlq/purge", headers=ADMIN, json={"ids": seen[:2]}).json()["affected"] == 2
+    late = make_dead(s, 2, queue="snap")
+    r = client.post("/api/dlq/resurrect", headers=OPS,
+                    json={**body, "expected_count": 5, "snapshot": preview["snapshot"]})
+    assert r.status_code == 200 and r.json()["affected"] == 3, r.text
+    left = {j["id"] for j in client.get("/api/dlq", headers=VIEWER, params={"queue": "snap"}).json()["items"]}
+    assert left == set(late)
+
+
+@pytest.mark.parametrize("empty", [{}, {"tag": ""}, {"search": ""}, {"queue": None, "search": ""}])
+def test_an_empty_filter_needs_all_true(app: ChokaQ, client: TestClient, empty: dict[str, object]) -> None:
+    make_dead(app.storage, 2, queue="e")
+    for extra in ({"dry_run": True}, {"expected_count": 2, "snapshot": "2026-01-01T00:00:00|x"}):
+        r = client.post("/api/dlq/purge", headers=ADMIN, json={"filter": empty, **extra})
+        assert r.status_code == 422 and "all" in r.text, r.text
+    preview = _preview(client, "/api/dlq/purge", {"filter": empty, "all": True})
+    assert preview["matched"] == 2
+    r = client.post("/api/dlq/purge", headers=ADMIN, json={"filter": empty, "all": True, "expected_count": 2,
+                                                           "snapshot": preview["snapshot"]})
+    assert r.json()["affected"] == 2

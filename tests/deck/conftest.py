@@ -176,11 +176,17 @@ def page(browser: Any) -> Iterator[Any]:
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    # The API's Content-Security-Policy must leave the Deck fully working: Chromium reports every
+    # blocked script, style, image or connection as a console error naming the policy.
+    violations: list[str] = []
+    pg.on("console", lambda msg: violations.append(msg.text)
+          if msg.type == "error" and "Content Security Policy" in msg.text else None)
     try:
         yield pg
     finally:
         context.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
+    assert not violations, f"CSP violations on the page: {violations}"
 
 
 def screenshot(page: Any, name: str) -> Path:

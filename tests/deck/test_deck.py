@@ -264,3 +264,31 @@ def test_roles_hide_what_they_cannot_use(deck: DeckEnv, page: Any) -> None:
     row(page, "dlq", dead).get_by_test_id("open-job").click()
     expect(insp.get_by_test_id("insp-resurrect")).to_be_visible()
     assert insp.get_by_test_id("insp-purge").count() == 0 and insp.get_by_test_id("insp-force").count() == 0
+
+
+def test_a_bulk_purge_refused_when_the_set_grew_after_the_preview(deck: DeckEnv, page: Any) -> None:
+    expect = _expect()
+    storage = deck.app.storage
+    first = cancelled_jobs(deck, 3)
+    response = page.goto(deck.url + "/deck/")
+    # The Deck is served under the strict policy the page fixture watches for violations.
+    headers = response.all_headers()
+    assert "frame-ancestors 'none'" in headers["content-security-policy"]
+    assert headers["x-content-type-options"] == "nosniff"
+    page.get_by_test_id("nav-dlq").click()
+    dlq = page.locator('[data-view="dlq"]')
+    dlq.get_by_test_id("filter-failure_reason").select_option("Cancelled")
+    dlq.get_by_test_id("filter-apply").click()
+    expect(dlq.get_by_test_id("list-total")).to_have_text("3 jobs match the filter")
+
+    dlq.get_by_test_id("filter-purge").click()
+    dialog = page.get_by_test_id("confirm-dialog")
+    expect(dialog).to_contain_text("3 jobs match this filter")
+    expect(dialog.get_by_test_id("confirm-phrase")).to_have_text("purge 3")
+    late = cancelled_jobs(deck, 40)  # more jobs fail while the operator reads "Purge 3 jobs?"
+    dialog.get_by_test_id("confirm-input").fill("purge 3")
+    dialog.get_by_test_id("confirm-ok").click()
+    expect(page.get_by_test_id("flash")).to_contain_text("Purge refused")
+    expect(page.get_by_test_id("flash")).to_contain_text("the 3 you confirmed")
+    expect(dlq.get_by_test_id("list-total")).to_have_text("43 jobs match the filter")
+    assert all(storage.get_job(i) is not None for i in [*first, *late])

@@ -116,6 +116,8 @@ async function api(method, path, body) {
   const headers = { Accept: "application/json" };
   if (state.token) headers.Authorization = `Bearer ${state.token}`;
   if (body !== undefined) headers["Content-Type"] = "application/json";
+  // The API's cross-site check: a header no other site's page can send without a CORS preflight.
+  if (method !== "GET") headers["X-ChokaQ-Request"] = "1";
   let res;
   try {
     res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body),
@@ -734,6 +736,8 @@ async function bulkConfirm(action, target) {
   let samples = [];
   const body = target.ids ? { ids: target.ids.slice(0, MAX_BULK) } : {
     filter: Object.fromEntries(Object.entries(target.filter).filter(([, x]) => x)), max_jobs: MAX_BULK };
+  // The API refuses an empty filter unless it is told "everything" explicitly.
+  if (body.filter && Object.keys(body.filter).length === 0) body.all = true;
   if (action === "cancel") {
     count = matched = body.ids.length;
   } else {
@@ -747,6 +751,11 @@ async function bulkConfirm(action, target) {
     matched = preview.matched;
     count = Math.min(preview.matched, MAX_BULK);
     samples = preview.sample_ids;
+    if (body.filter) {
+      // Bind the action to what the operator is about to confirm: this count, this snapshot.
+      body.expected_count = preview.matched;
+      body.snapshot = preview.snapshot;
+    }
   }
   if (count === 0) {
     flash(`Nothing to ${action}: no job matches${target.ids ? " (they may have moved already)" : ""}.`, "warn");
@@ -775,7 +784,10 @@ async function bulkConfirm(action, target) {
       skipped ? "warn" : "info");
     for (const ls of Object.values(state.lists)) ls.selected.clear();
   } catch (exc) {
-    flash(`${v.label} failed: ${errorLines(exc).join("; ")}`, "error");
+    if (exc instanceof ApiError && exc.status === 409 && body.filter) {
+      flash(`${v.label} refused: more jobs match than the ${num(matched)} you confirmed, so nothing was `
+        + `${v.past}. Look again and confirm the new count. (${errorLines(exc).join("; ")})`, "error");
+    } else flash(`${v.label} failed: ${errorLines(exc).join("; ")}`, "error");
   }
   scheduleRefresh(0);
 }
