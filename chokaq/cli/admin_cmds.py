@@ -52,6 +52,17 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def bind_hosts(host: str) -> list[str] | None:
+    """The ``Host`` values a server bound to ``host`` answers to (DNS rebinding: a page on an
+    attacker's name that resolves to 127.0.0.1 sends its own name). ``None`` for a wildcard bind:
+    then only ``Admin.AllowedHosts`` can say which names are ours."""
+    if host in ("0.0.0.0", "::", ""):
+        return None
+    if _is_loopback(host):
+        return sorted({host, "127.0.0.1", "localhost", "::1"})
+    return [host]
+
+
 @cli.command()
 @click.option("--app", "app_spec", default=None, help="Your app as pkg.module:attribute (or CHOKAQ_APP).")
 @click.option("--host", default="127.0.0.1", show_default=True)
@@ -69,7 +80,11 @@ def serve(c: Ctx, app_spec: str | None, host: str, port: int) -> None:
         c.app_spec = app_spec
     app = c.app
     telemetry.configure("chokaq-api")
-    api = create_api(app)
+    hosts = bind_hosts(host)
+    api = create_api(app, allowed_hosts=hosts)
+    if hosts is None and not app.settings.admin.allowed_hosts:
+        click.echo(f"warning: bound to {host}: the Host header is not checked; set CHOKAQ_ADMIN__ALLOWED_HOSTS "
+                   '(e.g. ["chokaq.example.com"])', err=True)
     if not _is_loopback(host) and not app.settings.admin.tokens and not app.settings.admin.trust_app_service_auth:
         click.echo(f"warning: serving on {host} with no admin tokens: every call but /api/health is refused",
                    err=True)

@@ -90,8 +90,10 @@ def dev(c: Ctx, host: str, port: int, no_seed: bool, open_access: bool) -> None:
         )
     click.echo(f"chokaq dev: database {app.settings.storage_url}")
     click.echo(f"  the Deck:    http://{host}:{port}/deck")
-    click.echo(f"  admin API:   http://{host}:{port}/api/stats   (OpenAPI: /docs)")
-    api = create_api(app, dev_open=open_access)
+    click.echo(f"  admin API:   http://{host}:{port}/api/stats   (OpenAPI: /openapi.json)")
+    from chokaq.cli.admin_cmds import bind_hosts
+
+    api = create_api(app, dev_open=open_access, allowed_hosts=bind_hosts(host))
     try:
         uvicorn.run(api, host=host, port=port, log_level="warning")
     finally:
