@@ -95,9 +95,16 @@ class AdminSettings(BaseModel):
         description='bearer tokens: {"<token or sha256:hex>": {"name": "...", "role": "viewer|operator|admin"}}',
     )
     trust_app_service_auth: bool = False
+    # Trust the header although WEBSITE_AUTH_ENABLED (set by App Service when its authentication
+    # is on) is missing: e.g. a proxy of your own that strips and injects the header. Loudly warned.
+    trust_app_service_auth_unverified: bool = False
     app_service_role_claim: str = "roles"
     event_poll_interval: float = Field(default=2.0, gt=0)
     allowed_hosts: list[str] = Field(default_factory=list, description="Host header values the API answers to")
+    max_event_streams: int = Field(default=200, ge=1, description="open /api/events streams per process")
+    max_event_streams_per_principal: int = Field(default=5, ge=1)
+    event_stream_max_seconds: float = Field(default=300.0, gt=0, description="then the client reconnects and "
+                                            "is authorised again")
 
 
 class ChokaQSettings(BaseSettings):

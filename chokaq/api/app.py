@@ -25,7 +25,8 @@ from chokaq.storage.admin import AdminStore
 log = logging.getLogger("chokaq.api")
 
 HTTP_CODES = {400: "bad_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found",
-              405: "method_not_allowed", 406: "not_acceptable", 413: "too_large", 415: "unsupported_media_type"}
+              405: "method_not_allowed", 406: "not_acceptable", 413: "too_large", 415: "unsupported_media_type",
+              429: "too_many_requests"}
 
 
 def _error(status: int, code: str, detail: Any, headers: dict[str, str] | None = None) -> JSONResponse:

@@ -3,7 +3,7 @@
 Events are hints to reload; the database is the truth. This process's bus carries what happens
 here (edits, resurrects, worker outcomes, zombie rescues run in this process). Work done by
 other processes shows up through the ``stats.updated`` tick, computed from the database every
-``Admin.EventPollInterval`` seconds.
+``Admin.EventPollInterval`` seconds by one poll shared by all streams (:mod:`chokaq.api.stream_hub`).
 
 Each SSE message is unnamed (``data:`` only, so ``EventSource.onmessage`` receives all of them);
 the JSON carries ``kind``. The ``id:`` is the event time, so a reconnecting browser's
@@ -21,10 +21,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
-from starlette.concurrency import run_in_threadpool
+from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chokaq.api.common import ERRORS, Viewer, chokaq_app
-from chokaq.api.models import EventOut, RecentEventsOut
+from chokaq.api.models import ErrorOut, EventOut, RecentEventsOut
+from chokaq.api.stream_hub import StreamHub, TooManyStreams
+from chokaq.runtime.app import ChokaQ
 from chokaq.runtime.events import Event, bus
 
 log = logging.getLogger("chokaq.api.events")
@@ -42,15 +45,27 @@ def _since(after: float | None) -> list[Event]:
     return [e for e in list(bus.recent) if e.at > after]
 
 
-def stats_snapshot(request: Request) -> dict[str, Any]:
-    rows = chokaq_app(request).storage.queue_stats()
+def stats_snapshot(app: ChokaQ) -> dict[str, Any]:
+    rows = app.storage.queue_stats()
     keys = ("pending", "fetched", "processing", "succeeded_total", "failed_total", "retried_total", "dlq_size")
     totals = {k: sum(getattr(r, k) for r in rows) for k in keys}
     queues = {r.queue: {k: getattr(r, k) for k in keys} for r in rows}
-    return {"kind": "stats.updated", "at": time.time(), "totals": totals, "queues": queues}
+    return {"totals": totals, "queues": queues}
 
 
-@router.get("", responses={**ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "event stream"}})
+def stream_hub(request: Request) -> StreamHub:
+    hub: StreamHub | None = getattr(request.app.state, "stream_hub", None)
+    if hub is None:
+        app = chokaq_app(request)
+        admin = app.settings.admin
+        hub = request.app.state.stream_hub = StreamHub(
+            lambda: stats_snapshot(app), interval=admin.event_poll_interval, max_total=admin.max_event_streams,
+            max_per_principal=admin.max_event_streams_per_principal)
+    return hub
+
+
+@router.get("", responses={**ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "event stream"},
+                           429: {"model": ErrorOut, "description": "too many open streams"}})
 async def stream(
     request: Request,
     who: Viewer,
@@ -58,8 +73,13 @@ async def stream(
     max_events: Annotated[int | None, Query(ge=1, le=10_000, description="close after this many")] = None,
     last_event_id: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> StreamingResponse:
-    """Server-Sent Events: bus events as they happen plus a ``stats.updated`` tick per poll interval."""
-    interval = request.app.state.chokaq.settings.admin.event_poll_interval
+    """Server-Sent Events: bus events as they happen plus a ``stats.updated`` tick per poll interval.
+
+    A stream ends after ``Admin.EventStreamMaxSeconds``; the browser reconnects (``retry:``) and is
+    authorised again, so a revoked sign-in stops receiving events. Streams are capped per principal
+    and per process (429)."""
+    settings = request.app.state.chokaq.settings.admin
+    interval = settings.event_poll_interval
     if after is None and last_event_id:
         try:
             after = float(last_event_id)
@@ -70,43 +90,47 @@ async def stream(
     if max_events is None and any(str(k).startswith("azure_functions.") for k in request.scope):
         # Azure Functions buffers the whole response: answer with what is buffered plus one tick.
         max_events = len(backlog) + 1
+    hub = stream_hub(request)
+    try:
+        slot = hub.admit(f"{who.name} ({who.via})")
+    except TooManyStreams as exc:
+        raise StarletteHTTPException(429, str(exc), headers={"Retry-After": str(max(1, int(interval)))}) from None
 
     async def body() -> AsyncIterator[bytes]:
         queue = bus.subscribe()
-        sent = 0
         loop = asyncio.get_running_loop()
+        ends = loop.time() + settings.event_stream_max_seconds
+        sent = 0
         try:
+            hub.attach(queue)
             yield f"retry: {int(interval * 1000)}\n\n".encode()
             for e in backlog:
                 yield _sse(e.as_dict(), e.at)
                 sent += 1
                 if max_events is not None and sent >= max_events:
                     return
-            next_tick = loop.time()
             while True:
-                wait = next_tick - loop.time()
-                if wait <= 0:
-                    next_tick = loop.time() + interval
-                    try:
-                        snap = await run_in_threadpool(stats_snapshot, request)
-                    except Exception as exc:  # the stream outlives a database blip
-                        log.warning("stats tick failed: %s", exc)
-                        yield b": stats unavailable\n\n"
-                        continue
-                    yield _sse(snap)
-                else:
-                    try:
-                        e = await asyncio.wait_for(queue.get(), timeout=wait)
-                    except TimeoutError:
-                        continue
-                    yield _sse(e.as_dict(), e.at)
+                left = ends - loop.time()
+                if left <= 0:
+                    yield b": stream lifetime reached; reconnect\n\n"
+                    return
+                try:
+                    e = await asyncio.wait_for(queue.get(), timeout=left)
+                except TimeoutError:
+                    continue
+                if e.kind == "stats.unavailable":
+                    yield b": stats unavailable\n\n"
+                    continue
+                yield _sse(e.as_dict(), None if e.kind == "stats.updated" else e.at)
                 sent += 1
                 if max_events is not None and sent >= max_events:
                     return
         finally:
+            hub.detach(queue)
             bus.unsubscribe(queue)
+            slot.release()
 
-    return StreamingResponse(body(), media_type="text/event-stream",
+    return StreamingResponse(body(), media_type="text/event-stream", background=BackgroundTask(slot.release),
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 

@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from tests.api.helpers import TOKENS
 
@@ -100,3 +101,28 @@ def raw_request(port: int, head: str, body_size: int = 0, chunk: int = 256 * 102
     if not status_line.startswith("HTTP/1.1 "):
         raise AssertionError(f"no HTTP response (got {data[:200]!r})")
     return int(status_line.split()[1])
+
+
+class ThreadServer:
+    """uvicorn serving an ASGI app in a thread of this process (the test can reach into the app)."""
+
+    def __init__(self, api: Any) -> None:
+        import threading
+
+        import uvicorn
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    timeout_graceful_shutdown=2))
+        self.thread = threading.Thread(target=self.server.run, name=f"api-{self.port}", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the test API server did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
