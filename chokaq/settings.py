@@ -11,9 +11,10 @@ import os
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from chokaq.domain.errors import ConfigurationError
+from chokaq.redact import redact
 
 DEFAULT_STORAGE_URL = "sqlite:///./chokaq.db"
 ENV_PREFIX = "CHOKAQ_"
@@ -170,12 +171,18 @@ def load_settings(**overrides: Any) -> ChokaQSettings:
     """Read settings from the environment, apply keyword overrides, and refuse bad ones clearly."""
     try:
         return ChokaQSettings(**overrides)
+    except SettingsError as exc:  # a JSON value (e.g. CHOKAQ_ADMIN__TOKENS) that does not parse
+        raise ConfigurationError(f"invalid chokaq settings: {redact(str(exc))} (JSON values must be valid "
+                                 "JSON)") from None
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "settings"
+            loc = list(err["loc"])
+            if loc[:2] == ["admin", "tokens"] and len(loc) > 2:
+                loc[2] = "<token>"  # the key of Admin.Tokens is the token itself
+            where = ".".join(str(p) for p in loc) or "settings"
             lines.append(f"{where}: {err['msg']}")
-        raise ConfigurationError("invalid chokaq settings: " + "; ".join(lines)) from None
+        raise ConfigurationError(redact("invalid chokaq settings: " + "; ".join(lines))) from None
 
 
 def _walk(model: type[BaseModel], prefix: str) -> list[str]:

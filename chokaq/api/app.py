@@ -19,6 +19,7 @@ from chokaq.api.auth import Authenticator, AuthError
 from chokaq.api.common import PayloadInvalid
 from chokaq.api.gate import RequestGate
 from chokaq.domain.errors import ConflictError, JobValidationError, NotFoundError
+from chokaq.redact import redact
 from chokaq.runtime.app import ChokaQ
 from chokaq.storage.admin import AdminStore
 
@@ -67,7 +68,7 @@ def install_error_handlers(api: FastAPI) -> None:
                       dict(exc.headers) if exc.headers else None)
 
     async def db_error(_: Request, exc: Exception) -> JSONResponse:
-        log.error("database error: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        log.error("database error: %s", redact(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__)
         return _error(503, "db_unavailable", "the database is unavailable or refused the request")
 
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:

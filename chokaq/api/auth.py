@@ -46,6 +46,7 @@ APP_ROLE_MAP = {
 PRINCIPAL_HEADER = "x-ms-client-principal"
 PRINCIPAL_NAME_HEADER = "x-ms-client-principal-name"
 DEV_ACTOR = "dev (open)"
+MAX_PRINCIPAL_HEADER = 16 * 1024
 
 
 class AuthError(Exception):
@@ -130,28 +131,42 @@ class Authenticator:
         return Principal(found.name, found.role, "token")
 
     def _from_app_service(self, raw: str, name_header: str | None) -> Principal:
+        # The header is the platform's when the app sits behind App Service, but anything that
+        # reaches the app directly can send one: every malformed shape is a 401, never a 500.
+        def refuse(why: str) -> AuthError:
+            return AuthError(401, "unauthenticated", f"X-MS-CLIENT-PRINCIPAL {why}")
+
+        if len(raw) > MAX_PRINCIPAL_HEADER:
+            raise refuse(f"is longer than {MAX_PRINCIPAL_HEADER} characters")
         try:
             data: Any = json.loads(base64.b64decode(raw + "=" * (-len(raw) % 4)))
-        except (binascii.Error, ValueError) as exc:
-            raise AuthError(401, "unauthenticated", f"X-MS-CLIENT-PRINCIPAL is not base64 JSON: {exc}") from None
+        except (binascii.Error, ValueError, RecursionError):
+            raise refuse("is not base64 JSON") from None
         if not isinstance(data, dict):
-            raise AuthError(401, "unauthenticated", "X-MS-CLIENT-PRINCIPAL is not a JSON object")
-        claims = [c for c in data.get("claims") or [] if isinstance(c, dict)]
-        name_typ = data.get("name_typ")
-        role_types = {t for t in (data.get("role_typ"), self.settings.app_service_role_claim) if t}
-        name = next((str(c.get("val")) for c in claims if name_typ and c.get("typ") == name_typ and c.get("val")),
+            raise refuse("is not a JSON object")
+        raw_claims = data.get("claims") or []
+        if not isinstance(raw_claims, list):
+            raise refuse("claims is not a list")
+        name_typ, role_typ = data.get("name_typ"), data.get("role_typ")
+        if not isinstance(name_typ, str | None) or not isinstance(role_typ, str | None):
+            raise refuse("name_typ and role_typ must be strings")
+        # Only claims shaped {"typ": str, "val": str} count; anything else is ignored.
+        claims = [(c["typ"], c["val"]) for c in raw_claims
+                  if isinstance(c, dict) and isinstance(c.get("typ"), str) and isinstance(c.get("val"), str)]
+        role_types = {t for t in (role_typ, self.settings.app_service_role_claim) if t}
+        name = next((val.strip() for typ, val in claims if name_typ and typ == name_typ and val.strip()),
                     None) or (name_header or "").strip()
         if not name:
             raise AuthError(401, "unauthenticated", "the App Service principal has no name claim")
         best: str | None = None
-        for c in claims:
-            if c.get("typ") not in role_types:
+        for typ, val in claims:
+            if typ not in role_types:
                 continue
-            role = APP_ROLE_MAP.get(str(c.get("val", "")).strip().lower())
+            role = APP_ROLE_MAP.get(val.strip().lower())
             if role is not None and (best is None or ROLE_RANK[role] > ROLE_RANK[best]):
                 best = role
         if best is None:
-            raise AuthError(403, "forbidden", f"{name} is signed in but holds no chokaq role "
+            raise AuthError(403, "forbidden", f"{name[:limits.MAX_ACTOR_LEN]} is signed in but holds no chokaq role "
                                               "(chokaq.viewer, chokaq.operator or chokaq.admin)")
         return Principal(name[: limits.MAX_ACTOR_LEN], best, "app_service")
 

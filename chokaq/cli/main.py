@@ -12,11 +12,12 @@ from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
 from chokaq.cli.loading import load_app
 from chokaq.domain.errors import ChokaQError, ConfigurationError, JobValidationError
 from chokaq.domain.payload import parse_payload_text
+from chokaq.redact import redact
 from chokaq.runtime.app import ChokaQ
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -35,22 +36,28 @@ def friendly_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except ConfigurationError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {redact(str(exc))}", err=True)
+            sys.exit(2)
+        except ArgumentError as exc:  # SQLAlchemy could not make sense of the URL
+            click.echo(f"error: invalid storage URL: {redact(_one_line(exc))}", err=True)
             sys.exit(2)
         except (JobValidationError, ValidationError) as exc:
             if isinstance(exc, ValidationError):
                 msg = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors())
             else:
                 msg = str(exc)
-            click.echo(f"error: invalid input: {msg}", err=True)
+            click.echo(f"error: invalid input: {redact(msg)}", err=True)
             sys.exit(2)
         except ChokaQError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {redact(str(exc))}", err=True)
             sys.exit(1)
         except (OperationalError, DBAPIError) as exc:
             orig = getattr(exc, "orig", None) or exc
-            click.echo(f"error: database unavailable or refused the request: {_one_line(orig)}", err=True)
+            click.echo(f"error: database unavailable or refused the request: {redact(_one_line(orig))}", err=True)
             sys.exit(3)
+        except ValueError as exc:  # e.g. a URL port that is not a number, deep inside a driver
+            click.echo(f"error: invalid setting: {redact(_one_line(exc))}", err=True)
+            sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
 

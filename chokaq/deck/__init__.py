@@ -7,26 +7,41 @@ that caller do; it merely hides the buttons a role may not use.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from fastapi import FastAPI
-from fastapi.responses import RedirectResponse
+from fastapi import FastAPI, Response
 from fastapi.staticfiles import StaticFiles
 
 STATIC_DIR = Path(__file__).parent / "static"
 MOUNT_PATH = "/deck"
 
 
+class DeckFiles(StaticFiles):
+    """StaticFiles that answer 404 to paths the file system cannot even look up (``/deck/%00``
+    raised ValueError: a 500 with a traceback)."""
+
+    def lookup_path(self, path: str) -> tuple[str, os.stat_result | None]:
+        if "\x00" in path:
+            return "", None
+        try:
+            return super().lookup_path(path)
+        except (ValueError, OSError):
+            return "", None
+
+
 def mount(api: FastAPI) -> None:
-    """Serve the Deck at ``/deck/`` and redirect ``/`` there. Idempotent."""
+    """Serve the Deck at ``/deck/`` and redirect ``/`` and ``/deck`` there. Idempotent."""
     if any(getattr(r, "path", None) == MOUNT_PATH for r in api.router.routes):
         return
 
-    async def root() -> RedirectResponse:
-        return RedirectResponse(url=MOUNT_PATH + "/", status_code=307)
+    async def root() -> Response:
+        # A relative Location: Starlette's own slash redirect echoed the Host header back.
+        return Response(status_code=307, headers={"Location": MOUNT_PATH + "/"})
 
     api.add_api_route("/", root, methods=["GET"], include_in_schema=False)
-    api.mount(MOUNT_PATH, StaticFiles(directory=STATIC_DIR, html=True), name="deck")
+    api.add_api_route(MOUNT_PATH, root, methods=["GET"], include_in_schema=False)
+    api.mount(MOUNT_PATH, DeckFiles(directory=STATIC_DIR, html=True), name="deck")
 
 
 __all__ = ["MOUNT_PATH", "STATIC_DIR", "mount"]

@@ -13,6 +13,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.pool import NullPool
 
 from chokaq.domain.errors import ConfigurationError
+from chokaq.redact import redact
 from chokaq.storage.schema import SCHEMA
 
 # Azure SQL's transient error numbers (throttling, failover, deadlock victim, ...).
@@ -31,7 +32,7 @@ def build_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Engine
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
-        raise ConfigurationError(f"storage URL {url!r} is not a valid database URL: {exc}") from None
+        raise ConfigurationError(redact(f"storage URL {url!r} is not a valid database URL: {exc}")) from None
     backend = parsed.get_backend_name()
     try:
         if backend == "sqlite":

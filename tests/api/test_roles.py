@@ -40,7 +40,7 @@ ROUTES: list[tuple[str, str, str, Any, str, int]] = [
     ("resurrect_edit", "POST", "/api/dlq/{D}/resurrect", {"priority": 1}, "operator", 200),
     ("resurrect_force", "POST", "/api/dlq/{D}/resurrect", {"payload": {}, "force": True}, "admin", 200),
     ("resurrect_bulk", "POST", "/api/dlq/resurrect", {"ids": ["{D}"]}, "operator", 200),
-    ("resurrect_bulk_dry", "POST", "/api/dlq/resurrect", {"filter": {}, "dry_run": True}, "operator", 200),
+    ("resurrect_bulk_dry", "POST", "/api/dlq/resurrect", {"filter": {}, "all": True, "dry_run": True}, "operator", 200),
     ("purge", "POST", "/api/dlq/purge", {"ids": ["{D}"]}, "admin", 200),
     ("purge_dry", "POST", "/api/dlq/purge", {"filter": {"queue": "default"}, "dry_run": True}, "admin", 200),
     ("archive_purge", "POST", "/api/archive/purge", {"older_than": "2000-01-01T00:00:00Z"}, "admin", 200),

@@ -1,0 +1,41 @@
+"""Secrets out of messages: every settings, URL and startup error passes through :func:`redact`
+before it is printed or logged."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+# scheme://user:PASSWORD@host  (the user name stays: it helps, and is not a secret)
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s'\"]*:)[^@\s'\"]*@")
+# key=value secrets in ODBC strings and URL queries: PWD=..., Password=..., AccountKey=..., token=...
+_KEY_VALUE = re.compile(
+    r"(?P<key>\b(?:pwd|password|passwd|accountkey|sharedaccesskey|sig|token|access_token|secret|"
+    r"client_secret)\s*=\s*)(?P<value>\{[^}]*\}|[^;&\s'\"]+)",
+    re.IGNORECASE,
+)
+MASK = "***"
+
+
+def _env_tokens() -> list[str]:
+    """The admin tokens configured in the environment, when they parse (they are the secrets a
+    malformed settings message would otherwise echo)."""
+    raw = os.environ.get("CHOKAQ_ADMIN__TOKENS")
+    if not raw:
+        return []
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return []
+    keys = data.keys() if isinstance(data, dict) else []
+    return [k for k in keys if isinstance(k, str) and len(k) >= 4 and not k.lower().startswith("sha256:")]
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    out = _URL_PASSWORD.sub(lambda m: m.group("head") + MASK + "@", text)
+    out = _KEY_VALUE.sub(lambda m: m.group("key") + MASK, out)
+    for secret in sorted({*secrets, *_env_tokens()}, key=len, reverse=True):
+        if secret:
+            out = out.replace(secret, MASK)
+    return out
