@@ -111,6 +111,16 @@ def _reason(value: str | None) -> FailureReason | None:
         ) from None
 
 
+# C0 and C1 controls, DEL, and the bidirectional overrides that reorder what a terminal shows.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """A field as a table may print it: job data and actor names can carry escape sequences that
+    would otherwise drive the operator's terminal (retitle it, hide lines, fake output)."""
+    return _UNPRINTABLE.sub("\ufffd", text)
+
+
 def _first_line(text: str | None, width: int = 60) -> str:
     line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
     return line if len(line) <= width else line[: width - 1] + "…"
@@ -135,9 +145,10 @@ def dlq_list(c: Ctx, queue: str | None, job_type: str | None, reason: str | None
         click.echo(json.dumps({"items": [j.to_public() for j in p.items], "total": p.total, "page": p.page,
                                "page_size": p.page_size}, indent=2))
         return
-    rows = [(j.id, j.queue, j.type, j.failure_reason.label if j.failure_reason is not None else "",
-             str(j.attempt_count), j.failed_at_utc.strftime("%Y-%m-%d %H:%M:%S") if j.failed_at_utc else "",
-             _first_line(j.error_details)) for j in p.items]
+    rows = [tuple(printable(v) for v in (
+        j.id, j.queue, j.type, j.failure_reason.label if j.failure_reason is not None else "",
+        str(j.attempt_count), j.failed_at_utc.strftime("%Y-%m-%d %H:%M:%S") if j.failed_at_utc else "",
+        _first_line(j.error_details))) for j in p.items]
     header = ("ID", "QUEUE", "TYPE", "REASON", "ATT", "FAILED (UTC)", "ERROR")
     widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i]) for i in range(6)]
     click.echo("  ".join(h.ljust(w) for h, w in zip(header, [*widths, 0], strict=True)).rstrip())

@@ -11,6 +11,7 @@ import click
 from chokaq.cli.loading import load_app
 from chokaq.cli.main import Ctx, cli, friendly_errors, pass_ctx
 from chokaq.domain.models import EnqueueRequest
+from chokaq.redact import redact
 from chokaq.runtime.app import ChokaQ
 
 log = logging.getLogger("chokaq.dev")
@@ -88,7 +89,7 @@ def dev(c: Ctx, host: str, port: int, no_seed: bool, open_access: bool) -> None:
             bold=True,
             err=True,
         )
-    click.echo(f"chokaq dev: database {app.settings.storage_url}")
+    click.echo(f"chokaq dev: database {redact(app.settings.storage_url)}")
     click.echo(f"  the Deck:    http://{host}:{port}/deck")
     click.echo(f"  admin API:   http://{host}:{port}/api/stats   (OpenAPI: /openapi.json)")
     from chokaq.cli.admin_cmds import bind_hosts
