@@ -42,7 +42,8 @@ from chokaq.domain.models import EnqueueRequest, JobRecord, Lease, QueueInfo, Qu
 from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.settings import StorageSettings
 from chokaq.storage.engine import build_engine, is_transient
-from chokaq.storage.records import archive_record, dlq_record, hot_record
+from chokaq.storage.lookup import get_job_statement, record_from_union
+from chokaq.storage.records import hot_record
 from chokaq.storage.schema import SCHEMA, jobs_archive, jobs_dlq, jobs_hot, queues, stats_summary
 from chokaq.storage.sqlfuncs import ListParam, claim_lock, in_list, lookup_int, row_lock, utc_offset, utcnow
 
@@ -940,11 +941,8 @@ class Storage:
     # ------------------------------------------------------------------ reads
     def get_job(self, job_id: str) -> JobRecord | None:
         def work(c: Connection) -> JobRecord | None:
-            for table, mapper in ((jobs_hot, hot_record), (jobs_dlq, dlq_record), (jobs_archive, archive_record)):
-                row = c.execute(select(table).where(table.c.Id == job_id)).first()
-                if row is not None:
-                    return mapper(row)
-            return None
+            # One statement across the three tables: a job moving between them is never missed.
+            return record_from_union(c.execute(get_job_statement(), {"job_id": job_id}).all())
 
         return self.read(work, op="get_job")
 
