@@ -34,9 +34,16 @@ def _error(status: int, code: str, detail: Any, headers: dict[str, str] | None =
     return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
 
 
+def clean_loc(loc: Any) -> list[str | int]:
+    """A field path without pydantic's union-member tags: those name validator functions (e.g.
+    ``function-after[functools.partial(<function max_length_validator at 0x7f…>)]``), which
+    say nothing to a caller and leak the server's memory layout."""
+    return [p for p in loc if isinstance(p, int) or ("function" not in p and " at 0x" not in p)]
+
+
 def _field_errors(errors: Any) -> list[dict[str, Any]]:
-    return [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", "value_error"))}
-            for e in errors]
+    return [{"loc": clean_loc(e.get("loc", ())), "msg": str(e.get("msg", "")),
+             "type": str(e.get("type", "value_error"))} for e in errors]
 
 
 def install_error_handlers(api: FastAPI) -> None:

@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,7 @@ PRINCIPAL_HEADER = "x-ms-client-principal"
 PRINCIPAL_NAME_HEADER = "x-ms-client-principal-name"
 DEV_ACTOR = "dev (open)"
 MAX_PRINCIPAL_HEADER = 16 * 1024
+MIN_TOKEN_LEN = 16
 
 
 class AuthError(Exception):
@@ -79,10 +81,30 @@ class Authenticator:
     def __init__(self, settings: AdminSettings, *, dev_open: bool = False) -> None:
         self.settings = settings
         self.dev_open = dev_open
-        self.tokens = self._parse_tokens(settings.tokens)
+        self.tokens = self._parse_tokens(settings.tokens, dev_open=dev_open)
+        if settings.trust_app_service_auth:
+            self._check_platform(settings)
 
     @staticmethod
-    def _parse_tokens(raw: dict[str, dict[str, str]]) -> list[_Token]:
+    def _check_platform(settings: AdminSettings) -> None:
+        """Trusting X-MS-CLIENT-PRINCIPAL is safe only where App Service strips the client's copy and
+        injects its own; anywhere else a forged header makes anyone an admin. App Service sets
+        WEBSITE_AUTH_ENABLED=True when its authentication is on."""
+        if os.environ.get("WEBSITE_AUTH_ENABLED", "").strip().lower() == "true":
+            return
+        if not settings.trust_app_service_auth_unverified:
+            raise ConfigurationError(
+                "Admin.TrustAppServiceAuth is on, but WEBSITE_AUTH_ENABLED is not True: this does not look like "
+                "App Service with Authentication enabled, and anyone reaching the app could forge "
+                "X-MS-CLIENT-PRINCIPAL. Enable App Service Authentication, or (only behind a proxy of your own "
+                "that strips and sets the header) set Admin.TrustAppServiceAuthUnverified"
+            )
+        log.warning("!!! Admin.TrustAppServiceAuthUnverified: X-MS-CLIENT-PRINCIPAL is trusted WITHOUT App Service "
+                    "Authentication (WEBSITE_AUTH_ENABLED is not True). Anyone who reaches this app directly can "
+                    "claim any role. Make sure only your proxy can reach it. !!!")
+
+    @staticmethod
+    def _parse_tokens(raw: dict[str, dict[str, str]], *, dev_open: bool = False) -> list[_Token]:
         out: list[_Token] = []
         for key, info in raw.items():
             role = str(info.get("role", "")).lower()
@@ -99,8 +121,9 @@ class Authenticator:
                     raise ConfigurationError("Admin.Tokens: a sha256: key needs 64 hex digits")
                 out.append(_Token(digest, True, name, role))
             else:
-                if len(key) < 16:
-                    log.warning("Admin.Tokens: the token for %s is shorter than 16 characters", name)
+                if len(key) < MIN_TOKEN_LEN and not dev_open:
+                    raise ConfigurationError(f"Admin.Tokens: the token for {name} is shorter than {MIN_TOKEN_LEN} "
+                                             "characters; use a long random one (or its sha256: digest)")
                 out.append(_Token(key, False, name, role))
         return out
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, model_validator
 
 from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError
@@ -29,7 +29,9 @@ QueueName = Annotated[Text, Field(min_length=1, max_length=limits.MAX_QUEUE_LEN)
 TypeName = Annotated[Text, Field(min_length=1, max_length=limits.MAX_TYPE_LEN)]
 Tags = Annotated[Text, Field(max_length=limits.MAX_TAGS_LEN)]
 JobId = Annotated[Text, Field(min_length=1, max_length=limits.MAX_JOB_ID_LEN)]
-Priority = Annotated[int, Field(ge=-1_000_000, le=1_000_000)]
+# Strict: "36" is not 36 and true is not 1 (pydantic's lax mode coerces both).
+Priority = Annotated[StrictInt, Field(ge=-1_000_000, le=1_000_000)]
+StrictFloat = Annotated[float, Strict()]
 
 
 def naive_utc(value: datetime | None) -> datetime | None:
@@ -134,9 +136,10 @@ class QueueListOut(BaseModel):
 class QueuePatchIn(_In):
     """Absent fields are unchanged; ``null`` clears an override."""
 
-    paused: bool | None = None
-    zombie_timeout_seconds: int | None = Field(default=None, gt=0, le=7 * 86400)
-    max_workers: int | None = Field(default=None, ge=1, le=100_000)
+    paused: StrictBool | None = None
+    zombie_timeout_seconds: StrictInt | None = Field(default=None, gt=0, le=7 * 86400)
+    max_workers: StrictInt | None = Field(default=None, ge=1, le=100_000)
+    create: StrictBool = Field(default=False, description="create the queue if it does not exist (else 404)")
 
 
 # ---------------------------------------------------------------------------- jobs
@@ -189,7 +192,7 @@ class EnqueueIn(_In):
     payload: Any = Field(default=None, description="any JSON value; validated by the handler's model if any")
     queue: QueueName | None = Field(default=None, description="default: the handler's queue, else 'default'")
     priority: Priority = limits.DEFAULT_PRIORITY
-    delay_seconds: float = Field(default=0.0, ge=0, le=366 * 86400)
+    delay_seconds: StrictFloat = Field(default=0.0, ge=0, le=366 * 86400)
     tags: Tags | None = None
     idempotency_key: Annotated[Text, Field(min_length=1, max_length=limits.MAX_IDEMPOTENCY_KEY_LEN)] | None = None
 
@@ -205,7 +208,7 @@ class _PayloadEdit(_In):
         default=None, description="or: the new payload as JSON text (what an editor holds); must parse"
     )
     tags: Tags | None = None
-    force: bool = Field(default=False, description="admin only: store a payload the handler's model rejects")
+    force: StrictBool = Field(default=False, description="admin only: store a payload the handler's model rejects")
 
     @model_validator(mode="after")
     def _one_payload(self) -> _PayloadEdit:
@@ -243,7 +246,7 @@ class DlqFilterIn(_In):
 
     queue: QueueName | None = None
     type: TypeName | None = None
-    failure_reason: Annotated[Text, Field(max_length=40)] | int | None = Field(
+    failure_reason: Annotated[Text, Field(max_length=40)] | StrictInt | None = Field(
         default=None, description="name (e.g. Zombie, FatalError) or number"
     )
     tag: Tags | None = None

@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 
-from chokaq.api.common import ERRORS, Operator, Viewer, actor, admin_store, chokaq_app, iso, publish
+from chokaq.api.common import ERRORS, NOT_FOUND, Operator, Viewer, actor, admin_store, chokaq_app, iso, publish
 from chokaq.api.models import QueueListOut, QueueName, QueueOut, QueuePatchIn
 from chokaq.domain import limits
-from chokaq.domain.errors import JobValidationError
+from chokaq.domain.errors import JobValidationError, NotFoundError
 from chokaq.domain.models import QueueInfo
 
 router = APIRouter(prefix="/api/queues", tags=["queues"])
@@ -26,7 +26,7 @@ def list_queues(request: Request, who: Viewer) -> QueueListOut:
     return QueueListOut(items=[queue_out(q) for q in chokaq_app(request).storage.list_queues()])
 
 
-@router.patch("/{name}", response_model=QueueOut, responses=ERRORS)
+@router.patch("/{name}", response_model=QueueOut, responses={**ERRORS, **NOT_FOUND})
 def patch_queue(
     request: Request,
     name: Annotated[QueueName, Path(max_length=limits.MAX_QUEUE_LEN)],
@@ -50,6 +50,9 @@ def patch_queue(
         kw["max_workers"] = changes["max_workers"] = body.max_workers
     if not kw:
         raise JobValidationError("nothing to change: give paused, zombie_timeout_seconds or max_workers")
+    if not body.create and all(q.name != name for q in chokaq_app(request).storage.list_queues()):
+        # A typo must not create a queue (and its audit trail) that no worker serves.
+        raise NotFoundError(f"no queue {name!r}; send \"create\": true to create it")
     info: QueueInfo = admin_store(request).queue_changed(name, actor(who), changes, **kw)
     publish("queue.changed", who, queue=name, **changes)
     return queue_out(info)

@@ -119,8 +119,11 @@ def test_force_is_admin_only_and_audited(app: ChokaQ) -> None:
 
 
 def test_queue_controls(app: ChokaQ, client: TestClient) -> None:
+    r = client.patch("/api/queues/mail", headers=OPS, json={"paused": True})
+    assert r.status_code == 404 and "create" in r.json()["detail"]  # a typo does not create a queue
+    assert client.get("/api/queues", headers=VIEWER).json()["items"] == []
     r = client.patch("/api/queues/mail", headers=OPS, json={"paused": True, "zombie_timeout_seconds": 120,
-                                                             "max_workers": 4})
+                                                             "max_workers": 4, "create": True})
     assert r.status_code == 200, r.text
     assert (r.json()["is_paused"], r.json()["zombie_timeout_seconds"], r.json()["max_workers"]) == (True, 120, 4)
     # Below 3x Execution.HeartbeatIntervalMax (12 s -> 36 s): refused.

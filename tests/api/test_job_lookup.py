@@ -48,7 +48,7 @@ def test_racing_resurrects_get_409_never_404(app: ChokaQ, client: TestClient) ->
         statuses: list[int] = []
         barrier = threading.Barrier(4)
 
-        def go(job_id: str = job) -> None:
+        def go(job_id: str = job, barrier: threading.Barrier = barrier, statuses: list[int] = statuses) -> None:
             barrier.wait()
             statuses.append(client.post(f"/api/dlq/{job_id}/resurrect", headers=ops).status_code)
 

@@ -123,7 +123,8 @@ def _principal(claims: list[dict[str, str]], **extra: Any) -> str:
     return base64.b64encode(json.dumps(doc).encode()).decode()
 
 
-def test_app_service_principal_roles(sqlite_url: str) -> None:
+def test_app_service_principal_roles(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "True")  # what App Service sets with Authentication on
     app = make_app(sqlite_url, admin={"trust_app_service_auth": True})
     with TestClient(create_api(app)) as client:
         def meta(header: str, **h: str) -> Any:
@@ -149,7 +150,7 @@ def test_app_service_principal_roles(sqlite_url: str) -> None:
         assert r.status_code == 403
         # The audit records the App Service name.
         # (A browser's own request: the sign-in is a cookie, so the same-origin check applies.)
-        r = client.patch("/api/queues/q", json={"paused": True},
+        r = client.patch("/api/queues/q", json={"paused": True, "create": True},
                          headers={"X-MS-CLIENT-PRINCIPAL": _principal(claims), "Sec-Fetch-Site": "same-origin"})
         assert r.status_code == 200, r.text
         assert client.get("/api/audit", headers=HEADERS["admin"]).json()["items"][0]["actor"] == "ana@contoso.com"
