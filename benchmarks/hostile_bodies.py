@@ -42,12 +42,10 @@ def main() -> None:
 
             threads = [threading.Thread(target=attack) for _ in range(args.bodies)]
             health_ms: list[float] = []
-            for t in threads:
-                t.start()
 
             def watch() -> None:
                 nonlocal peak
-                while not done.is_set():
+                while not done.is_set() or len(health_ms) < 20:
                     t0 = time.perf_counter()
                     with urllib.request.urlopen(server.url + "/api/health", timeout=10) as r:
                         r.read()
@@ -57,6 +55,8 @@ def main() -> None:
 
             watcher = threading.Thread(target=watch)
             watcher.start()
+            for t in threads:
+                t.start()
             for t in threads:
                 t.join()
             done.set()
