@@ -343,7 +343,9 @@ class Storage:
     ) -> None:
         self.url = url
         self.settings = settings or StorageSettings()
-        self.engine = engine or build_engine(url, pool_size=self.settings.pool_size, echo=echo)
+        self.engine = engine or build_engine(
+            url, pool_size=self.settings.pool_size, echo=echo, command_timeout=self.settings.command_timeout
+        )
         self.dialect = self.engine.dialect.name
         self._known_queues: set[str] = set()
         self._limited_cache: tuple[float, list[str]] = (0.0, [])
