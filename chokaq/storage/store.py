@@ -38,6 +38,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.sql.elements import ColumnElement
 from ulid import ULID
 
+from chokaq.domain.keys import check_key
 from chokaq.domain.models import EnqueueRequest, JobRecord, Lease, QueueInfo, QueueStats, SweepResult
 from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.settings import StorageSettings
@@ -979,6 +980,7 @@ class Storage:
         conn: Connection | None = None,
     ) -> QueueInfo:
         """Create the queue row if needed and change the given fields (None clears an override)."""
+        check_key("queue", name)
         values: dict[str, Any] = {"LastUpdatedUtc": utcnow()}
         if paused is not None:
             values["IsPaused"] = paused

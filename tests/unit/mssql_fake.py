@@ -45,6 +45,9 @@ class FakeCursor:
         self.rowcount = len(self._rows)
         return self
 
+    def setinputsizes(self, sizes: Any) -> None:
+        self.server.input_sizes.append(list(sizes))
+
     def executemany(self, sql: str, seq: Any) -> None:
         for params in seq:
             self.execute(sql, params)
@@ -105,12 +108,13 @@ class FakeServer:
     statements: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
     connections: list[FakeConnection] = field(default_factory=list)
     rules: list[tuple[re.Pattern[str], list[tuple[Any, ...]]]] = field(default_factory=list)
+    input_sizes: list[list[Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # What SQLAlchemy's mssql dialect asks on first connect.
         self.answer(r"SERVERPROPERTY\('ProductVersion'\)", [("16.0.4135.4",)])
         self.answer(r"schema_name\(\)", [("dbo",)])
-        self.answer(r"NVARCHAR\(max\)", [("test max support",)])
+        self.answer(r"CAST\('test max support'", [("test max support",)])
         self.answer(r"sys\.system_views", [("dm_exec_sessions",)])
         self.answer(r"transaction_isolation_level", [("READ COMMITTED",)])
 
