@@ -84,7 +84,7 @@ def upgrade_keys_and_text(conn: Connection) -> None:
         if rebuild_pk:
             # Not AddConstraint(table.primary_key): that marks the shared definition as "added
             # later", and CREATE TABLE would then leave the key out for every later database.
-            key = conn.dialect.ddl_compiler(conn.dialect, DDL("")).process(table.primary_key)
+            key = conn.dialect.ddl_compiler(conn.dialect, DDL("")).process(table.primary_key)  # type: ignore[no-untyped-call]
             conn.exec_driver_sql(f"ALTER TABLE {qualified} ADD {key}")
         elif table.info.get(SEQUENTIAL_KEY) and sequential_key_supported(conn.dialect):
             pk_name = conn.execute(_PRIMARY_KEY, {"t": f"{SCHEMA}.{table.name}"}).scalar()
