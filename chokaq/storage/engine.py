@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 import struct
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.pool import NullPool
@@ -177,6 +179,29 @@ def _mssql_engine(parsed: Any, *, pool_size: int, echo: bool, command_timeout: i
             cargs[0] = without_sign_in_keys(cargs[0])
 
     return engine
+
+
+@contextmanager
+def mssql_without_timeouts(conn: Connection) -> Iterator[None]:
+    """Lift Storage.CommandTimeout for one connection while it runs a schema upgrade: converting a
+    large table or waiting for another process's migration lock may rightly take minutes, and a
+    timeout there would only replay the whole migration. The connection's own values come back
+    afterwards; if that fails the connection is discarded instead of returning to the pool."""
+    dbapi_conn = conn.connection.dbapi_connection
+    saved = getattr(dbapi_conn, "timeout", 0)
+    if not saved:
+        yield
+        return
+    dbapi_conn.timeout = 0  # type: ignore[union-attr]
+    conn.exec_driver_sql("SET LOCK_TIMEOUT -1")
+    try:
+        yield
+    finally:
+        try:
+            dbapi_conn.timeout = saved  # type: ignore[union-attr]
+            conn.exec_driver_sql(f"SET LOCK_TIMEOUT {int(saved) * 1000}")
+        except Exception:  # the upgrade's own error is the one to report
+            conn.invalidate()
 
 
 def odbc_pairs(connection_string: str) -> list[tuple[str, str]]:

@@ -86,22 +86,30 @@ def _lock(conn: Connection) -> None:
 
 def upgrade(engine: Engine) -> list[int]:
     """Apply pending migrations. Returns the versions applied by this call (empty if current)."""
-    applied: list[int] = []
     with engine.begin() as conn:
-        if conn.dialect.name == "mssql":
-            from chokaq.storage.mssql_requirements import check_sql_server
+        if conn.dialect.name != "mssql":
+            return _upgrade(conn)
+        from chokaq.storage.engine import mssql_without_timeouts
+        from chokaq.storage.mssql_requirements import check_sql_server
 
-            check_sql_server(conn)
-        _lock(conn)
-        done: set[int] = set()
-        if inspect(conn).has_table(schema_migrations.name, schema=None if conn.dialect.name == "sqlite" else SCHEMA):
-            done = {int(v) for v in conn.execute(select(schema_migrations.c.Version)).scalars()}
-        for version, name, step in MIGRATIONS:
-            if version in done:
-                continue
-            step(conn)
-            conn.execute(insert(schema_migrations).values(Version=version, Name=name, AppliedAtUtc=utcnow()))
-            applied.append(version)
+        check_sql_server(conn)
+        with mssql_without_timeouts(conn):
+            return _upgrade(conn)
+
+
+def _upgrade(conn: Connection) -> list[int]:
+    # Inside the caller's transaction; the lock is held until it commits.
+    applied: list[int] = []
+    _lock(conn)
+    done: set[int] = set()
+    if inspect(conn).has_table(schema_migrations.name, schema=None if conn.dialect.name == "sqlite" else SCHEMA):
+        done = {int(v) for v in conn.execute(select(schema_migrations.c.Version)).scalars()}
+    for version, name, step in MIGRATIONS:
+        if version in done:
+            continue
+        step(conn)
+        conn.execute(insert(schema_migrations).values(Version=version, Name=name, AppliedAtUtc=utcnow()))
+        applied.append(version)
     return applied
 
 

@@ -33,6 +33,7 @@ class FakeCursor:
         flat = params[0] if len(params) == 1 and isinstance(params[0], list | tuple) else params
         self.server.statements.append((sql, tuple(flat)))
         self.conn.statements.append(sql)
+        self.conn.timeouts.append(self.conn.timeout)  # the query timeout this statement ran under
         rows = self.server.rows_for(sql)
         if rows is None and sql.lstrip().upper().startswith(("SELECT", "WITH")):
             rows = []
@@ -74,6 +75,7 @@ class FakeConnection:
     def __init__(self, server: FakeServer) -> None:
         self.server = server
         self.statements: list[str] = []
+        self.timeouts: list[int] = []
         self.timeout = 0
         self.autocommit = False
         self.closed = False

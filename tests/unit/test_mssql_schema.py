@@ -215,3 +215,21 @@ def test_the_script_runs_under_sqlcmd_defaults() -> None:
     assert "SET ANSI_NULLS ON;" in batches[settings]
     # One statement per batch: CREATE SCHEMA-like statements must begin their batch.
     assert all(b.count("CREATE TABLE") <= 1 and b.count("CREATE INDEX") <= 1 for b in batches)
+
+
+def test_upgrade_lifts_the_command_timeout_and_restores_it(server: FakeServer) -> None:
+    from chokaq.settings import StorageSettings
+
+    requirements(server, 16, 3, 160)
+    storage = Storage(URL, settings=StorageSettings(command_timeout=7, pool_size=1))
+    storage.upgrade()
+    (conn,) = server.connections
+    during = [t for sql, t in zip(conn.statements, conn.timeouts, strict=True) if "CREATE TABLE" in sql]
+    assert during and set(during) == {0}, "converting a large table must not be cut off at 7 s"
+    lifted = conn.statements.index("SET LOCK_TIMEOUT -1")
+    assert lifted < conn.statements.index(next(s for s in conn.statements if "sp_getapplock" in s))
+    assert conn.statements[lifted + 1 :].count("SET LOCK_TIMEOUT 7000") == 1
+    assert conn.timeout == 7  # back on the pooled connection
+    storage.ping()
+    assert conn.timeouts[-1] == 7
+    storage.close()
