@@ -102,3 +102,23 @@ def test_cli_enqueue_refuses_edge_whitespace_in_one_line(tmp_path: Path) -> None
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "idempotency_key" in lines[0] and "whitespace" in lines[0], proc.stderr
+
+
+def test_api_refuses_edge_whitespace_with_the_reason(db_url: str) -> None:
+    from fastapi.testclient import TestClient
+
+    from chokaq.api.app import create_api
+    from tests.api.helpers import HEADERS, make_app
+
+    app = make_app(db_url)
+    try:
+        app.storage.upgrade()
+        with TestClient(create_api(app)) as client:
+            r = client.post("/api/jobs", json={"type": "t", "queue": "emails "}, headers=HEADERS["operator"])
+            assert r.status_code == 422, r.text
+            assert "queue 'emails ' starts or ends with whitespace" in r.text
+            r = client.patch("/api/queues/emails%20", json={"paused": True}, headers=HEADERS["admin"])
+            assert r.status_code == 422 and "whitespace" in r.text, r.text
+            assert client.get("/api/jobs", headers=HEADERS["viewer"]).json()["total"] == 0
+    finally:
+        app.close()
