@@ -110,3 +110,37 @@ def test_create_database_script_splits_into_batches() -> None:
     assert batches[1] == "ALTER DATABASE [chokaq] SET READ_COMMITTED_SNAPSHOT ON WITH ROLLBACK IMMEDIATE;"
     assert batches[2] == "ALTER DATABASE [chokaq] SET ALLOW_SNAPSHOT_ISOLATION ON;"
     assert len(batches) == 3
+
+
+def test_the_freetds_url_reaches_the_server_port_speaking_tds() -> None:
+    """The live suite's FreeTDS URL, through chokaq's engine, opens a TDS session on the given port
+    (a loopback listener stands in for SQL Server and records the first packet)."""
+    import socket
+    import threading
+
+    pyodbc = pytest.importorskip("pyodbc", reason="pyodbc needs libodbc (Debian: unixodbc)")
+    if "FreeTDS" not in pyodbc.drivers():
+        pytest.skip("FreeTDS ODBC driver not registered (Debian: tdsodbc)")
+    from sqlalchemy.exc import DBAPIError
+
+    from chokaq.storage.engine import build_engine
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    first: list[bytes] = []
+
+    def accept() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            first.append(conn.recv(8))
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    url = live_mssql.url(env={"MSSQL_ODBC_DRIVER": "FreeTDS", "MSSQL_PORT": str(port)})
+    engine = build_engine(url, command_timeout=3)
+    with pytest.raises(DBAPIError):  # the listener closes after the first packet: no login
+        engine.connect()
+    engine.dispose()
+    thread.join(10)
+    listener.close()
+    assert first and first[0][0] == 0x12, first  # TDS packet type 0x12: PRELOGIN
