@@ -61,13 +61,9 @@ class MssqlKey(mssql.NVARCHAR):
     statements cast JSON values to the column's type, and ``CAST(x AS NVARCHAR(n) COLLATE ...)`` is
     not valid T-SQL (the cast result takes the column's collation when compared anyway)."""
 
-    cache_ok = True
-
 
 class MssqlAsciiKey(mssql.VARCHAR):
     """VARCHAR(n) with :data:`KEY_COLLATION` for keys chokaq generates (ULIDs: ASCII)."""
-
-    cache_ok = True
 
 
 def _with_collation(rendered: str, kw: dict[str, Any]) -> str:
