@@ -22,6 +22,9 @@ AZURE_SETTINGS = {
     "FUNCTIONS_WORKER_RUNTIME", "FUNCTIONS_EXTENSION_VERSION", "AzureWebJobsStorage", "AzureWebJobsFeatureFlags",
     "AzureWebJobsSecretStorageType", "APPLICATIONINSIGHTS_CONNECTION_STRING", "PYTHON_ENABLE_OPENTELEMETRY",
     "PYTHON_ENABLE_WORKER_EXTENSIONS", "WEBSITE_TIME_ZONE", "OTEL_SERVICE_NAME",
+    "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY", "AzureFunctionsJobHost__functionTimeout",
+    # The doorbell's connection (functions/doorbell.py), read by the wake trigger and the producer.
+    "ChokaqDoorbell", "ChokaqDoorbell__queueServiceUri", "ChokaqDoorbell__credential", "ChokaqDoorbell__clientId",
 }
 DISABLED_FLAG = re.compile(r"^AzureWebJobs\.[A-Za-z_]\w*\.Disabled$")
 NCRONTAB6 = re.compile(r"^\S+ \S+ \S+ \S+ \S+ \S+$")
@@ -55,19 +58,24 @@ def test_local_settings_pass_engine_validation(monkeypatch: pytest.MonkeyPatch) 
 def test_every_binding_setting_is_defined_and_schedules_are_ncrontab() -> None:
     from chokaq import ChokaQ
 
-    app = ChokaQ(storage_url="sqlite://")
+    values = local_values()
+    app = ChokaQ(storage_url="sqlite://", functions={"doorbell_queue": values["CHOKAQ_FUNCTIONS__DOORBELL_QUEUE"]})
 
     @app.job("x")
     def x(p: object) -> None: ...
 
-    values = local_values()
     fa = build_function_app(app, environ=values)
     referenced: set[str] = set()
+    connections: set[str] = set()
     for f in fa.get_functions():
         referenced |= set(re.findall(r"%(\w+)%", f.get_function_json()))
-    assert referenced == {"CHOKAQ_SWEEP_SCHEDULE", "CHOKAQ_RETENTION_SCHEDULE", "CHOKAQ_DRAIN_SCHEDULE"}
-    for name in referenced:
+        connections |= {b["connection"] for b in json.loads(f.get_function_json())["bindings"] if "connection" in b}
+    assert referenced == {"CHOKAQ_SWEEP_SCHEDULE", "CHOKAQ_RETENTION_SCHEDULE", "CHOKAQ_DRAIN_SCHEDULE",
+                          "CHOKAQ_FUNCTIONS__DOORBELL_QUEUE"}
+    for name in referenced - {"CHOKAQ_FUNCTIONS__DOORBELL_QUEUE"}:
         assert NCRONTAB6.match(values[name]), (name, values[name])
+    # The wake trigger's connection is defined (Azurite locally) under the name the producer reads too.
+    assert connections == {"ChokaqDoorbell"} and values["ChokaqDoorbell"] == "UseDevelopmentStorage=true"
     assert values["CHOKAQ_SWEEP_SCHEDULE"] == "*/30 * * * * *"
 
 
