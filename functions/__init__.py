@@ -68,7 +68,7 @@ def build_function_app(chokaq_app: ChokaQ | None = None, *,
         if not app.handlers:
             log.warning("%s is set but the app has no handlers (set CHOKAQ_APP): no %s", setting, name)
             continue
-        slices = slices or drain.Slices(app, environ)  # one slice per process for both triggers
+        slices = slices or drain.slices_for(app, environ)  # one slice per process for both triggers
         fa.register_functions(make(slices))
     return fa
 

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -125,14 +126,25 @@ class AzureQueueSender:
             self.client.send_message(message(queue), visibility_timeout=visibility)
 
 
+_installed: weakref.WeakKeyDictionary[ChokaQ, Doorbell] = weakref.WeakKeyDictionary()
+
+
+def installed(app: ChokaQ) -> Doorbell | None:
+    return _installed.get(app)
+
+
 def install(app: ChokaQ, environ: Mapping[str, str] = os.environ) -> Doorbell | None:
-    """Ring the doorbell after every enqueue this app's storage commits, when the setting is on."""
+    """Ring the doorbell after every enqueue this app's storage commits, when the setting is on.
+    Once per app: building the Functions app twice must not ring twice."""
     queue_name = app.settings.functions.doorbell_queue
     if not queue_name:
         return None
+    if app in _installed:
+        return _installed[app]
     bell = Doorbell(AzureQueueSender(queue_client(queue_name, environ)),
                     interval=app.settings.functions.doorbell_interval)
     app.storage.add_announcer(bell)
+    _installed[app] = bell
     log.info("doorbell on: enqueues ring Azure Storage queue %r (at most once per %gs per chokaq queue)",
              queue_name, bell.interval)
     return bell

@@ -30,6 +30,7 @@ import logging
 import os
 import re
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,6 +165,20 @@ class Slices:
         finally:
             if self._current is control:
                 self._current = None
+
+
+_slices: weakref.WeakKeyDictionary[ChokaQ, Slices] = weakref.WeakKeyDictionary()
+
+
+def slices_for(app: ChokaQ, environ: Mapping[str, str] = os.environ) -> Slices:
+    """The process's one Slices for this app (the drain timer and wake share it)."""
+    if app not in _slices:
+        _slices[app] = Slices(app, environ)
+    return _slices[app]
+
+
+def slices_of(app: ChokaQ) -> Slices | None:
+    return _slices.get(app)
 
 
 def blueprint(slices: Slices) -> func.Blueprint:
