@@ -43,13 +43,12 @@ DRAIN_ENV_NAMES = ["CHOKAQ_DRAIN_SCHEDULE", "CHOKAQ_DRAIN_SECONDS", "CHOKAQ_DRAI
 
 def build_function_app(chokaq_app: ChokaQ | None = None, *,
                        environ: Mapping[str, str] = os.environ) -> func.FunctionRegister:
-    from functions import api, doorbell, drain, misconfigured, timers, wake
+    from functions import api, misconfigured
 
     telemetry.configure("chokaq-functions")
     try:
         app = chokaq_app if chokaq_app is not None else load_configured_app(environ)
-        fa = api.asgi_function_app(app, environ)
-        doorbell.install(app, environ)
+        return _assemble(app, environ)
     except (ConfigurationError, ValueError) as exc:
         log.error("chokaq Functions app refused its configuration: %s", exc)
         try:
@@ -57,10 +56,16 @@ def build_function_app(chokaq_app: ChokaQ | None = None, *,
         except ValueError:
             level = func.AuthLevel.FUNCTION
         return misconfigured.function_app(str(exc), level)
+
+
+def _assemble(app: ChokaQ, environ: Mapping[str, str]) -> func.FunctionRegister:
+    from functions import api, doorbell, drain, timers, wake
+
+    fa = api.asgi_function_app(app, environ)
     fa.register_functions(timers.blueprint(app))
-    slices: drain.Slices | None = None
     wanted = {"drain": (environ.get("CHOKAQ_DRAIN_SCHEDULE") or "").strip(),
               "wake": app.settings.functions.doorbell_queue}
+    slices: drain.Slices | None = None
     for setting, name, make in (("CHOKAQ_DRAIN_SCHEDULE", "drain", drain.blueprint),
                                 (doorbell.QUEUE_SETTING, "wake", wake.blueprint)):
         if not wanted[name]:
@@ -70,6 +75,7 @@ def build_function_app(chokaq_app: ChokaQ | None = None, *,
             continue
         slices = slices or drain.slices_for(app, environ)  # one slice per process for both triggers
         fa.register_functions(make(slices))
+    doorbell.install(app, environ)  # last: nothing rings for an app that was refused
     return fa
 
 
