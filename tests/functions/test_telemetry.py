@@ -85,6 +85,9 @@ def azure_settings(connection_string: str, db: Path) -> dict[str, str]:
         "CHOKAQ_STORAGE_URL": f"sqlite:///{db}",
         "CHOKAQ_SWEEP_SCHEDULE": "*/30 * * * * *",
         "CHOKAQ_RETENTION_SCHEDULE": "0 0 3 * * *",
+        # The distro's default sampler limits traces to 5 per second and may drop the first spans
+        # of a fresh process; the count below needs every span kept (a user's choice on Azure too).
+        "OTEL_TRACES_SAMPLER": "always_on",
         # Keep the exporters' own bookkeeping off the network: nothing but loopback here.
         "APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL": "true",
         "PYTHONPATH": str(ROOT),
