@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test test-fast lint typecheck fmt scripts bench clean
+.PHONY: dev test test-fast lint typecheck fmt scripts bench clean requirements requirements-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,22 @@ lint: $(STAMP)
 scripts: $(STAMP)
 	$(VENV)/bin/chokaq db script --dialect postgresql > sql/postgres/001_initial.sql
 	$(VENV)/bin/chokaq db script --dialect mssql > sql/sqlserver/001_initial.sql
+
+## requirements.txt for the Functions remote build: pyproject's dependencies plus the mssql, otel and
+## azure extras, every package pinned with hashes, resolved for Azure's Python 3.11 on Linux.
+## The remote build's pip (23.2.1 on Python 3.11.7) then only checks pins; it resolves nothing.
+REQUIREMENTS_COMPILE = $(VENV)/bin/uv pip compile pyproject.toml --extra mssql --extra otel --extra azure \
+	--python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes --quiet \
+	--custom-compile-command "make requirements"
+requirements: $(STAMP)
+	$(REQUIREMENTS_COMPILE) --upgrade -o requirements.txt
+
+## Fails when requirements.txt is not what `make requirements` makes from pyproject.toml (uv keeps
+## the existing pins as preferences, so only a pyproject change moves them).
+requirements-check: $(STAMP)
+	cp requirements.txt $(VENV)/requirements.check.txt
+	$(REQUIREMENTS_COMPILE) -o $(VENV)/requirements.check.txt
+	diff -u requirements.txt $(VENV)/requirements.check.txt
 
 ## Benchmarks (not run by CI): chokaq here, peers in their own venv (.venv-bench, never a runtime dep)
 BENCH_VENV ?= .venv-bench

@@ -106,6 +106,18 @@ class AdminSettings(BaseModel):
     event_poll_interval: float = Field(default=2.0, gt=0)
 
 
+class FunctionsSettings(BaseModel):
+    """Functions.*: the doorbell that lets an Azure Functions ``wake`` run start soon after an enqueue
+    (docs/functions.md). The database stays the only queue; the doorbell only says "look now"."""
+
+    doorbell_queue: str | None = Field(
+        default=None,
+        pattern=r"^$|^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$",  # Azure Storage queue names
+        description="Azure Storage queue name to ring after an enqueue commits; unset or empty = off",
+    )
+    doorbell_interval: float = Field(default=1.0, gt=0, le=60, description="at most one ring per queue this often")
+
+
 class ChokaQSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -124,6 +136,7 @@ class ChokaQSettings(BaseSettings):
     queues: dict[str, QueueSettings] = Field(default_factory=dict)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
+    functions: FunctionsSettings = Field(default_factory=FunctionsSettings)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @model_validator(mode="before")

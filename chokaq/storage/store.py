@@ -8,7 +8,7 @@ import logging
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -355,6 +355,8 @@ class Storage:
         # Same-process wake-ups (SQLite, or any database before NOTIFY arrives): workers in this
         # process start new work at once instead of at their next poll.
         self._enqueue_listeners: list[Callable[[], None]] = []
+        # After-commit announcers for other processes (the Functions doorbell): see add_announcer.
+        self._announcers: list[Callable[[Mapping[str, float] | None], None]] = []
 
     # ------------------------------------------------------------------ transactions
     def close(self) -> None:
@@ -412,9 +414,24 @@ class Storage:
         self._enqueue_listeners.append(callback)
         return lambda: self._enqueue_listeners.remove(callback)
 
-    def announce(self) -> None:
+    def add_announcer(self, announcer: Callable[[Mapping[str, float] | None], None]) -> Callable[[], None]:
+        """Call ``announcer`` after this process commits new Pending work, with ``{queue: seconds
+        until its first new job is due}``, or None when the queues are not known (a resurrect).
+
+        It runs in the committing thread after the commit, so it must be quick; whatever it raises is
+        logged and dropped: the jobs are stored, and an announcement is only a hint to look sooner.
+        Returns an unsubscriber."""
+        self._announcers.append(announcer)
+        return lambda: self._announcers.remove(announcer)
+
+    def announce(self, due: Mapping[str, float] | None = None) -> None:
         for callback in list(self._enqueue_listeners):
             callback()
+        for announcer in list(self._announcers):
+            try:
+                announcer(due)
+            except Exception:
+                log.exception("enqueue announcer failed (the jobs are stored)")
 
     def ping(self) -> datetime:
         """Round trip to the database; returns its UTC clock."""
@@ -518,7 +535,7 @@ class Storage:
         if conn is not None:
             return work(self.bind(conn))
         result = self.write(work, op="enqueue")
-        self.announce()
+        self.announce({req.queue: float(req.delay_seconds)})
         return result
 
     def enqueue_many(self, reqs: Sequence[EnqueueRequest]) -> list[str]:
@@ -562,7 +579,10 @@ class Storage:
             return out
 
         result = self.write(work, op="enqueue_many")
-        self.announce()
+        due: dict[str, float] = {}
+        for r in reqs:
+            due[r.queue] = min(due.get(r.queue, float(r.delay_seconds)), float(r.delay_seconds))
+        self.announce(due)
         return result
 
     # ------------------------------------------------------------------ fetch and start
