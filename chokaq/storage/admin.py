@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, Table, and_, delete, func, insert, literal, or_, select, update
+from sqlalchemy import Connection, Select, Table, and_, delete, func, insert, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain import limits
@@ -19,7 +19,7 @@ from chokaq.domain.models import JobRecord
 from chokaq.domain.states import FailureReason, JobStatus, Location
 from chokaq.storage.records import archive_record, dlq_record, hot_record
 from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot
-from chokaq.storage.sqlfuncs import row_lock, utc_offset, utcnow
+from chokaq.storage.sqlfuncs import row_lock, seconds, utc_offset, utcnow
 from chokaq.storage.store import PENDING, Storage, status_is
 
 # Sort keys a client may name, per table. Anything else is refused before SQL is built.
@@ -259,7 +259,7 @@ class AdminStore:
         def work(c: Connection) -> dict[str, dict[str, int]]:
             out: dict[str, dict[str, int]] = {}
             for m in minutes:
-                since = utc_offset(literal(-60.0 * m))
+                since = utc_offset(seconds(-60.0 * m))
                 done = c.execute(
                     select(func.count()).select_from(jobs_archive).where(jobs_archive.c.FinishedAtUtc >= since)
                 ).scalar_one()
@@ -514,20 +514,12 @@ class AdminStore:
         while True:
 
             def work(c: Connection) -> int:
-                chosen = [
-                    r[0]
-                    for r in c.execute(
-                        select(jobs_archive.c.Id)
-                        .where(jobs_archive.c.FinishedAtUtc < older_than)
-                        .order_by(jobs_archive.c.FinishedAtUtc)
-                        .limit(size)
-                    ).all()
-                ]
-                if not chosen:
-                    return 0
-                res = c.execute(
-                    delete(jobs_archive).where(jobs_archive.c.Id.in_(chosen), jobs_archive.c.FinishedAtUtc < older_than)
-                )
+                # One statement with two parameters, whatever the batch size: binding the chosen
+                # ids one parameter each broke SQL Server's 2,100-parameter limit (error 8003).
+                # The oldest ``size`` rows, by the IX_JobsArchive_FinishedAt index.
+                old = jobs_archive.c.FinishedAtUtc < older_than
+                oldest = select(jobs_archive.c.Id).where(old).order_by(jobs_archive.c.FinishedAtUtc).limit(size)
+                res = c.execute(delete(jobs_archive).where(jobs_archive.c.Id.in_(oldest), old))
                 n = int(res.rowcount or 0)
                 if n:
                     self.audit(
