@@ -137,7 +137,7 @@ class AdminStore:
     ) -> tuple[list[dict[str, Any]], int]:
         conds: list[ColumnElement[bool]] = []
         if job_id:
-            conds.append(audit_log.c.JobIds.contains(json.dumps(job_id), autoescape=True))
+            conds.append(contains(audit_log.c.JobIds, json.dumps(job_id)))
         if actor:
             conds.append(audit_log.c.Actor == actor)
 
@@ -181,7 +181,7 @@ class AdminStore:
         if f.failure_reason is not None and location is Location.DLQ:
             conds.append(t.c.FailureReason == int(f.failure_reason))
         if f.tag:
-            conds.append(t.c.Tags.contains(f.tag, autoescape=True))
+            conds.append(contains(t.c.Tags, f.tag))
         ts = t.c[TIME_COLUMN[location]]
         if f.from_utc:
             conds.append(ts >= f.from_utc)
@@ -191,7 +191,7 @@ class AdminStore:
             fields = [t.c.Id, t.c.Type, t.c.Tags]
             if location is Location.DLQ:
                 fields.append(t.c.ErrorDetails)
-            conds.append(or_(*(col.icontains(f.search, autoescape=True) for col in fields)))
+            conds.append(or_(*(contains(col, f.search, ignore_case=True) for col in fields)))
         return conds
 
     def list_jobs(
@@ -548,6 +548,18 @@ class AdminStore:
             return info
 
         return self.s.write(work, op="queue_update")
+
+
+def contains(col: ColumnElement[Any], needle: str, *, ignore_case: bool = False) -> ColumnElement[bool]:
+    """``col`` contains ``needle`` (LIKE, wildcards in ``needle`` escaped), the pattern built here.
+
+    Built in SQL (``'%' + ? + '%'``, ``lower(?)``) the parameter would be an operand SQL Server
+    has to guess the type of (see sqlfuncs.seconds).
+    """
+    escaped = needle.replace("/", "//").replace("%", "/%").replace("_", "/_")
+    if ignore_case:
+        return func.lower(col).like(f"%{escaped.lower()}%", escape="/")
+    return col.like(f"%{escaped}%", escape="/")
 
 
 def _filter_json(f: JobFilter | None) -> dict[str, Any] | None:
