@@ -410,18 +410,87 @@ def _release_statement(groups: int) -> Any:
     )
 
 
+@functools.lru_cache(maxsize=32)
+def _retry_statement(groups: int) -> Any:
+    """Processing -> Pending, due ``retry_delay`` seconds from now."""
+    return (
+        update(jobs_hot)
+        .where(_fence(groups, PROCESSING))
+        .values(
+            Status=literal_column(str(PENDING)),
+            WorkerId=null(),
+            HeartbeatUtc=null(),
+            ScheduledAtUtc=utc_offset(seconds(name="retry_delay")),
+            LastUpdatedUtc=utcnow(),
+        )
+        .returning(jobs_hot.c.Queue)
+    )
+
+
+@dataclass(frozen=True)
+class SweepStatements:
+    """The sweep's statements, each naming at most ``size`` jobs (see :meth:`Storage.sweep`)."""
+
+    recover: Any  # Fetched past the timeout -> Pending
+    retry: Any  # expired, ZombieRetry and attempts left -> Pending
+    zombie_ids: Any  # the ids of expired jobs bound for the DLQ
+    zombies: MoveStatements  # those ids -> DLQ (parameter ``zombie_ids``), checked again
+
+
+def sweep_statements(fetched_timeout: float, zombie_timeout: float, max_attempts: int, size: int) -> SweepStatements:
+    hot = jobs_hot.c
+
+    def first(where: ColumnElement[bool]) -> Any:
+        """The ids of at most ``size`` rows matching ``where``: any of them, so the database
+        reads them in the order of the partial index that serves ``where``, and stops."""
+        return select(hot.Id).where(where).limit(size)
+
+    abandoned = and_(status_is(hot.Status, FETCHED), hot.LastUpdatedUtc < utc_offset(seconds(-fetched_timeout)))
+    recover = (
+        update(jobs_hot)
+        .where(hot.Id.in_(first(abandoned)), abandoned)
+        .values(Status=literal_column(str(PENDING)), WorkerId=null(), LastUpdatedUtc=utcnow())
+    )
+    per_queue = select(queues.c.ZombieTimeoutSeconds).where(queues.c.Name == hot.Queue).scalar_subquery()
+    timeout = func.coalesce(per_queue, seconds(zombie_timeout))
+    # Re-evaluated by the moving statement itself: a heartbeat or a completion that commits
+    # first makes the row no longer match, so a live job is never taken (River #1302).
+    expired = and_(
+        status_is(hot.Status, PROCESSING),
+        func.coalesce(hot.HeartbeatUtc, hot.LastUpdatedUtc) < utc_offset(-timeout),
+    )
+    retryable = and_(hot.ZombieRetry == true(), hot.AttemptCount < literal_column(str(int(max_attempts))))
+    retry = (
+        update(jobs_hot)
+        .where(hot.Id.in_(first(and_(expired, retryable))), expired, retryable)
+        .values(
+            Status=literal_column(str(PENDING)),
+            WorkerId=null(),
+            HeartbeatUtc=null(),
+            ScheduledAtUtc=utcnow(),
+            LastUpdatedUtc=utcnow(),
+        )
+        .returning(hot.Queue)
+    )
+    # Ids first, then the move by those ids (with ``expired`` checked again): the copy and the
+    # delete then name the same rows although the clock moves between them.
+    chosen = in_list(hot.Id, bindparam("zombie_ids", type_=ListParam(hot.Id.type)))
+    zombies = _zombie_statements(and_(chosen, expired, ~retryable))
+    return SweepStatements(recover, retry, first(and_(expired, ~retryable)), zombies)
+
+
 def _zombie_statements(where: ColumnElement[bool]) -> MoveStatements:
     """Processing -> DLQ for jobs whose heartbeat expired, moved inside the database."""
 
     def values(columns: Any) -> dict[str, ColumnElement[Any]]:
         def text_of(expr: Any, default: str) -> Any:
-            return func.coalesce(cast(expr, String(40)), literal_column(f"'{default}'", String))
+            return func.coalesce(expr, literal_column(f"'{default}'", String))
 
         # Literal text, not parameters: SQL Server would have to guess the type of a bound
         # operand of "+". Concatenation renders as + on SQL Server and || elsewhere.
         details = (
             literal_column("'Zombie detected: heartbeat expired (last heartbeat '", String)
-            + text_of(columns.HeartbeatUtc, "never")
+            + text_of(cast(columns.HeartbeatUtc, String(40)), "never")
             + literal_column("' UTC, worker '", String)
             + text_of(columns.WorkerId, "unknown")
             + literal_column("', attempt '", String)
@@ -982,21 +1051,10 @@ class Storage:
         """Processing -> Pending, due after ``delay_seconds``."""
 
         groups, params = fence_params(lease.worker_id, [lease], self.dialect)
+        params["retry_delay"] = float(delay_seconds)
 
         def work(c: Connection) -> bool:
-            rows = c.execute(
-                update(jobs_hot)
-                .where(_fence(groups, PROCESSING))
-                .values(
-                    Status=literal_column(str(PENDING)),
-                    WorkerId=null(),
-                    HeartbeatUtc=null(),
-                    ScheduledAtUtc=utc_offset(seconds(delay_seconds)),
-                    LastUpdatedUtc=utcnow(),
-                )
-                .returning(jobs_hot.c.Queue),
-                params,
-            ).all()
+            rows = c.execute(_retry_statement(groups), params).all()
             self.bump_stats(c, "RetriedTotal", Counter(r[0] for r in rows))
             return bool(rows)
 
@@ -1089,58 +1147,21 @@ class Storage:
         do: two transactions never wait for each other's rows in opposite orders.
         """
         size = batch_size or self.settings.cleanup_batch_size
-        hot = jobs_hot.c
-
-        def first(where: ColumnElement[bool]) -> Any:
-            """The ids of at most ``size`` rows matching ``where``: any of them, so the database
-            reads them in the order of the partial index that serves ``where``, and stops."""
-            return select(hot.Id).where(where).limit(size)
-
-        abandoned = and_(status_is(hot.Status, FETCHED), hot.LastUpdatedUtc < utc_offset(seconds(-fetched_timeout)))
+        stmts = sweep_statements(fetched_timeout, zombie_timeout, max_attempts, size)
 
         def recover(c: Connection) -> int:
-            res = c.execute(
-                update(jobs_hot)
-                .where(hot.Id.in_(first(abandoned)), abandoned)
-                .values(Status=literal_column(str(PENDING)), WorkerId=null(), LastUpdatedUtc=utcnow())
-            )
-            return int(res.rowcount or 0)
-
-        per_queue = select(queues.c.ZombieTimeoutSeconds).where(queues.c.Name == hot.Queue).scalar_subquery()
-        timeout = func.coalesce(per_queue, seconds(zombie_timeout))
-        # Re-evaluated by the moving statement itself: a heartbeat or a completion that commits
-        # first makes the row no longer match, so a live job is never taken (River #1302).
-        expired = and_(
-            status_is(hot.Status, PROCESSING),
-            func.coalesce(hot.HeartbeatUtc, hot.LastUpdatedUtc) < utc_offset(-timeout),
-        )
-        retryable = and_(hot.ZombieRetry == true(), hot.AttemptCount < literal_column(str(int(max_attempts))))
+            return int(c.execute(stmts.recover).rowcount or 0)
 
         def retry(c: Connection) -> int:
-            retried = c.execute(
-                update(jobs_hot)
-                .where(hot.Id.in_(first(and_(expired, retryable))), expired, retryable)
-                .values(
-                    Status=literal_column(str(PENDING)),
-                    WorkerId=null(),
-                    HeartbeatUtc=null(),
-                    ScheduledAtUtc=utcnow(),
-                    LastUpdatedUtc=utcnow(),
-                )
-                .returning(hot.Queue)
-            ).all()
+            retried = c.execute(stmts.retry).all()
             self.bump_stats(c, "RetriedTotal", Counter(r[0] for r in retried))
             return len(retried)
 
         def bury(c: Connection) -> list[str]:
-            # Ids first, then the move by those ids (with ``expired`` checked again): the copy and
-            # the delete then name the same rows although the clock moves between them.
-            ids = [r[0] for r in c.execute(first(and_(expired, ~retryable))).all()]
+            ids = [r[0] for r in c.execute(stmts.zombie_ids).all()]
             if not ids:
                 return []
-            where = and_(in_list(hot.Id, bindparam("zombie_ids", type_=ListParam(hot.Id.type))), expired, ~retryable)
-            move = _zombie_statements(where)
-            params = {"zombie_ids": ids}
+            move, params = stmts.zombies, {"zombie_ids": ids}
             if self.dialect == "postgresql":
                 return [r[0] for r in c.execute(move.single, params)]
             if self.dialect == "mssql":
