@@ -23,6 +23,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.elements import ClauseElement, ColumnElement
 from sqlalchemy.sql.selectable import Subquery
+from sqlalchemy.sql.visitors import InternalTraversal
 
 from chokaq.storage.schema import stats_summary
 
@@ -56,7 +57,14 @@ class CteUpdate(Executable, ClauseElement):
     names of the updated table.
     """
 
-    inherit_cache = False  # compiled per call; see the store's per-shape cache
+    # Cached like any SQLAlchemy statement: the key is the structure of these parts.
+    _traverse_internals = [
+        ("select", InternalTraversal.dp_clauseelement),
+        ("set_names", InternalTraversal.dp_string_list),
+        ("set_values", InternalTraversal.dp_clauseelement_list),
+        ("outputs", InternalTraversal.dp_string_list),
+        ("pick", InternalTraversal.dp_clauseelement),
+    ]
 
     def __init__(
         self,
@@ -66,7 +74,8 @@ class CteUpdate(Executable, ClauseElement):
         pick: Select[Any] | None = None,
     ) -> None:
         self.select = select
-        self.sets = sets
+        self.set_names = list(sets)
+        self.set_values = list(sets.values())
         self.outputs = outputs
         self.pick = pick
 
@@ -78,7 +87,8 @@ def _cte_update(element: CteUpdate, compiler: Any, **kw: Any) -> str:
     if element.pick is not None:
         ctes.append(f"pick AS \n({compiler.process(element.pick, **kw)})")
     ctes.append(f"c AS \n({compiler.process(element.select, **kw)})")
-    sets = ", ".join(f"{q(name)}={compiler.process(expr, **kw)}" for name, expr in element.sets.items())
+    pairs = zip(element.set_names, element.set_values, strict=True)
+    sets = ", ".join(f"{q(name)}={compiler.process(expr, **kw)}" for name, expr in pairs)
     outputs = ", ".join(f"inserted.{q(name)}" for name in element.outputs)
     return f"WITH {', '.join(ctes)}\nUPDATE c SET {sets} OUTPUT {outputs}"
 
@@ -96,7 +106,13 @@ class MoveBatch(Executable, ClauseElement):
     removes exactly the rows copied. Counters come last, as in every chokaq transaction.
     """
 
-    inherit_cache = False
+    _traverse_internals = [
+        ("source", InternalTraversal.dp_clauseelement),
+        ("target", InternalTraversal.dp_clauseelement),
+        ("names", InternalTraversal.dp_string_list),
+        ("select", InternalTraversal.dp_clauseelement),
+        ("counter", InternalTraversal.dp_string),
+    ]
 
     def __init__(self, source: Table, target: Table, names: list[str], select: Select[Any], counter: str) -> None:
         self.source = source
