@@ -15,6 +15,7 @@ and its ODBC driver reward different shapes:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sqlalchemy import Integer, Select, Table, UnicodeText, bindparam, column, text
@@ -30,9 +31,12 @@ from chokaq.storage.schema import stats_summary
 _DIALECT = mssql.dialect()  # type: ignore[no-untyped-call]
 
 
-def mssql_type(col: Any) -> str:
-    """The column's SQL Server type as DDL renders it (collation included)."""
-    return str(_DIALECT.type_compiler_instance.process(col.type.dialect_impl(_DIALECT)))
+def mssql_type(col: Any, *, collation: bool = True) -> str:
+    """The column's SQL Server type as DDL renders it. ``collation=False`` drops a COLLATE clause,
+    for CAST and OPENJSON's WITH, which take none (the column's own collation then wins the
+    comparison). A table variable keeps it: two different column collations cannot be compared."""
+    sqltype = str(_DIALECT.type_compiler_instance.process(col.type.dialect_impl(_DIALECT)))
+    return sqltype if collation else re.sub(r"\s+COLLATE\s+\S+", "", sqltype)
 
 
 def lease_rowset(id_col: Any, name: str = "lease") -> Subquery:
@@ -40,7 +44,7 @@ def lease_rowset(id_col: Any, name: str = "lease") -> Subquery:
     typed rowset, bound as a JSON array of ``[id, attempt]`` pairs (see :func:`lease_json`)."""
     sql = (
         "SELECT [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) "
-        f"WITH ([Id] {mssql_type(id_col)} '$[0]', [Attempt] INT '$[1]')"
+        f"WITH ([Id] {mssql_type(id_col, collation=False)} '$[0]', [Attempt] INT '$[1]')"
     )
     return (
         text(sql)

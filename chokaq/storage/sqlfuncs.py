@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from sqlalchemy import BigInteger, Boolean, DateTime, Float, Select, UnicodeText, bindparam, cast
@@ -177,7 +178,8 @@ def _in_list_pg(element: in_list, compiler: Any, **kw: Any) -> str:
 def _in_list_mssql(element: in_list, compiler: Any, **kw: Any) -> str:
     col, param, column = _pair(element, compiler, **kw)
     # OPENJSON yields NVARCHAR(MAX); cast to the column's own type or the seek becomes a scan.
-    sqltype = compiler.dialect.type_compiler_instance.process(column.type)
+    # CAST takes no COLLATE: the column's own collation decides the comparison.
+    sqltype = re.sub(r"\s+COLLATE\s+\S+", "", compiler.dialect.type_compiler_instance.process(column.type))
     # The parameter is cast too: OPENJSON(?) alone leaves its type for the server to guess.
     return f"{col} IN (SELECT CAST([value] AS {sqltype}) FROM OPENJSON(CAST({param} AS NVARCHAR(max))))"
 

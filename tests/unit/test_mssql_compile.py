@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, true
+from sqlalchemy import Column, MetaData, String, Table, bindparam, event, select, true
 from sqlalchemy.sql import ClauseElement
 
 from chokaq.domain.models import EnqueueRequest, Lease
@@ -25,6 +25,8 @@ from chokaq.domain.states import FailureReason, Location
 from chokaq.storage import Storage
 from chokaq.storage.admin import Actor, AdminStore, JobEdit, JobFilter
 from chokaq.storage.migrations import render_script
+from chokaq.storage.mssql_shapes import MoveBatch, lease_rowset
+from chokaq.storage.sqlfuncs import ListParam, in_list
 from chokaq.storage.store import (
     Completion,
     _complete_statements,
@@ -230,3 +232,17 @@ def test_ddl_script_for_sql_server() -> None:
     assert "WHERE [IdempotencyKey] IS NOT NULL" in ddl
     assert "WHERE [Status] = 0" in ddl and "WHERE [Status] = 2" in ddl
     assert "\nGO\n" in ddl
+
+
+def test_casts_and_rowsets_drop_a_key_collation_that_the_table_variable_keeps() -> None:
+    """CAST(... AS VARCHAR(50) COLLATE x) and OPENJSON ... WITH (col VARCHAR(50) COLLATE x) are not
+    T-SQL; @moved must carry the collation, or comparing it with the table's column fails."""
+    binary = String(50, collation="Latin1_General_100_BIN2")
+    t = Table("T", MetaData(), Column("Id", binary, primary_key=True), Column("Queue", binary))
+    lease = lease_rowset(t.c.Id)
+    ids = in_list(t.c.Id, bindparam("ids", type_=ListParam(binary)))
+    found = compile_mssql(select(t.c.Id).where(t.c.Id == lease.c.Id, ids))
+    assert "WITH ([Id] VARCHAR(50) '$[0]'" in found and "CAST([value] AS VARCHAR(50))" in found
+    assert "COLLATE" not in found
+    batch = compile_mssql(MoveBatch(t, t, ["Id"], select(t.c.Id), "SucceededTotal"))
+    assert "DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY" in batch
