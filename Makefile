@@ -43,10 +43,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-## Regenerate the plain DDL scripts under sql/ from the table definitions
+## Regenerate the plain DDL scripts and the hot-path statements (queries.sql) under sql/
 scripts: $(STAMP)
 	$(VENV)/bin/chokaq db script --dialect postgresql > sql/postgres/001_initial.sql
 	$(VENV)/bin/chokaq db script --dialect mssql > sql/sqlserver/001_initial.sql
+	$(VENV)/bin/chokaq db script --dialect postgresql --queries > sql/postgres/queries.sql
+	$(VENV)/bin/chokaq db script --dialect mssql --queries > sql/sqlserver/queries.sql
 
 ## requirements.txt for the Functions remote build: pyproject's dependencies plus the mssql, otel and
 ## azure extras, every package pinned with hashes, resolved for Azure's Python 3.11 on Linux.

@@ -123,8 +123,16 @@ def db_upgrade(c: Ctx) -> None:
 
 @db.command("script")
 @click.option("--dialect", type=click.Choice(["mssql", "postgresql", "sqlite"]), required=True)
-def db_script(dialect: str) -> None:
-    """Print the schema DDL as a plain script for a DBA."""
+@click.option("--queries", is_flag=True, help="The hot-path and sweep statements instead of the DDL.")
+def db_script(dialect: str, queries: bool) -> None:
+    """Print the schema DDL (or, with --queries, the statements chokaq runs) as a plain script for a DBA."""
+    if queries:
+        from chokaq.storage.queries import render_queries
+
+        if dialect == "sqlite":
+            raise click.UsageError("--queries is for postgresql and mssql")
+        click.echo(render_queries(dialect), nl=False)
+        return
     from chokaq.storage.migrations import render_script
 
     click.echo(render_script(dialect), nl=False)
