@@ -26,7 +26,7 @@ from sqlalchemy.sql.elements import ClauseElement, ColumnElement
 from sqlalchemy.sql.selectable import Subquery
 from sqlalchemy.sql.visitors import InternalTraversal
 
-from chokaq.storage.schema import KEY_COLLATION, MssqlAsciiKey, MssqlKey, stats_summary
+from chokaq.storage.schema import stats_summary
 
 _DIALECT = mssql.dialect()  # type: ignore[no-untyped-call]
 
@@ -35,11 +35,8 @@ def mssql_type(col: Any, *, collation: bool = True) -> str:
     """The column's SQL Server type as DDL renders it. ``collation=False`` drops a COLLATE clause,
     for CAST and OPENJSON's WITH, which take none (the column's own collation then wins the
     comparison). A table variable keeps it: two different column collations cannot be compared."""
-    impl = col.type.dialect_impl(_DIALECT)
-    sqltype = str(_DIALECT.type_compiler_instance.process(impl))
-    if collation and isinstance(impl, MssqlKey | MssqlAsciiKey) and "COLLATE" not in sqltype:
-        # Outside a column definition the key types render without their collation.
-        sqltype += f" COLLATE {KEY_COLLATION}"
+    # As a column definition: chokaq's key types render their collation only there.
+    sqltype = str(_DIALECT.type_compiler_instance.process(col.type, type_expression=col))
     return sqltype if collation else re.sub(r"\s+COLLATE\s+\S+", "", sqltype)
 
 

@@ -62,7 +62,7 @@ GO
 -- Processing -> JobsArchive, and SucceededTotal, in one round trip (fenced)
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
-DECLARE @moved TABLE ([Id] VARCHAR(50) PRIMARY KEY, [Queue] NVARCHAR(255));
+DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, [Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2);
 BEGIN TRANSACTION;
 INSERT INTO chokaq.[JobsArchive] ([Id], [Queue], [Type], [Payload], [Tags], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [StartedAtUtc], [FinishedAtUtc], [DurationMs]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
 SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], SYSUTCDATETIME() AS anon_1, CAST(JSON_VALUE(CAST(:durations AS NVARCHAR(max)), CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT) AS anon_2
@@ -81,7 +81,7 @@ GO
 -- Processing -> JobsDLQ, and FailedTotal, in one round trip (fenced)
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
-DECLARE @moved TABLE ([Id] VARCHAR(50) PRIMARY KEY, [Queue] NVARCHAR(255));
+DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, [Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2);
 BEGIN TRANSACTION;
 INSERT INTO chokaq.[JobsDLQ] ([Id], [Queue], [Type], [Payload], [Tags], [FailureReason], [ErrorDetails], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [FailedAtUtc], [HeartbeatUtc], [StartedAtUtc]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
 SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], :failure_reason AS anon_1, :error_details AS anon_2, chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], SYSUTCDATETIME() AS anon_3, chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[StartedAtUtc]
@@ -154,7 +154,7 @@ GO
 -- sweep: those jobs -> JobsDLQ inside the database, and FailedTotal
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
-DECLARE @moved TABLE ([Id] VARCHAR(50) PRIMARY KEY, [Queue] NVARCHAR(255));
+DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, [Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2);
 BEGIN TRANSACTION;
 INSERT INTO chokaq.[JobsDLQ] ([Id], [Queue], [Type], [Payload], [Tags], [FailureReason], [ErrorDetails], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [FailedAtUtc], [HeartbeatUtc], [StartedAtUtc]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
 SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], 2, 'Zombie detected: heartbeat expired (last heartbeat ' + coalesce(CAST(chokaq.[JobsHot].[HeartbeatUtc] AS VARCHAR(40)), 'never') + ' UTC, worker ' + coalesce(chokaq.[JobsHot].[WorkerId], 'unknown') + ', attempt ' + CAST(chokaq.[JobsHot].[AttemptCount] AS VARCHAR(12)) + ')' AS anon_1, chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], SYSUTCDATETIME() AS anon_2, chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[StartedAtUtc]

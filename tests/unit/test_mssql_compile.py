@@ -246,3 +246,15 @@ def test_casts_and_rowsets_drop_a_key_collation_that_the_table_variable_keeps() 
     assert "COLLATE" not in found
     batch = compile_mssql(MoveBatch(t, t, ["Id"], select(t.c.Id), "SucceededTotal"))
     assert "DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY" in batch
+
+
+def test_the_real_tables_key_collation_reaches_the_table_variable() -> None:
+    """The schema's key types carry their collation only in a column definition; @moved is one, or
+    joining it with JobsHot's BIN2 keys fails (Msg 468, collation conflict)."""
+    from chokaq.storage.schema import jobs_archive, jobs_hot
+
+    batch = compile_mssql(MoveBatch(jobs_hot, jobs_archive, ["Id"], select(jobs_hot.c.Id), "SucceededTotal"))
+    assert (
+        "DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, "
+        "[Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2)" in batch
+    ), batch
