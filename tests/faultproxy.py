@@ -127,6 +127,7 @@ class FaultProxy:
         self.stats = ProxyStats()
         self._links: set[_Link] = set()
         self._armed: asyncio.Future[None] | None = None
+        self._armed_after = 0
         self._latency = 0.0
         self._blackhole = False
         self._server: asyncio.Server | None = None
@@ -145,6 +146,11 @@ class FaultProxy:
                 self._server.close()
             for link in list(self._links):
                 link.abort()
+            current = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not current]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         if self._thread.is_alive():
             self._call(stop())
@@ -170,15 +176,27 @@ class FaultProxy:
     # ------------------------------------------------------------------ the faults
     def swallow_next_reply(self, timeout: float = 30.0) -> bool:
         """Mode 1. Block until the next request on any ready connection has been answered by the
-        server, its reply dropped and the connection cut; False if no request came in ``timeout``."""
+        server, its reply dropped and the connection cut; False if no request came in ``timeout``
+        (the proxy is disarmed again then)."""
+        done = self.arm_swallow()
+        swallowed = self.wait_swallowed(done, timeout)
+        if not swallowed:
+            self.disarm()
+        return swallowed
+
+    def arm_swallow(self, after: int = 0) -> asyncio.Future[None]:
+        """Mode 1 without blocking: the reply to the request after the next ``after`` ones (on
+        ready connections) will be swallowed. Pass the result to :meth:`wait_swallowed`."""
 
         async def arm() -> asyncio.Future[None]:
             if self._armed is None or self._armed.done():
                 self._armed = self._loop.create_future()
+            self._armed_after = after
             return self._armed
 
-        done = self._call(arm())
+        return self._call(arm())
 
+    def wait_swallowed(self, done: asyncio.Future[None], timeout: float) -> bool:
         async def wait() -> bool:
             try:
                 await asyncio.wait_for(asyncio.shield(done), timeout)
@@ -187,6 +205,14 @@ class FaultProxy:
                 return False
 
         return self._call(wait(), timeout + 5)
+
+    def disarm(self) -> None:
+        async def off() -> None:
+            if self._armed is not None and not self._armed.done():
+                self._armed.cancel()
+            self._armed = None
+
+        self._call(off())
 
     def cut_all(self) -> int:
         """Mode 2. Reset every open connection; returns how many."""
@@ -309,9 +335,12 @@ class FaultProxy:
                 continue  # forwarded nowhere: the request is lost in the hung network
             armed = self._armed
             if armed is not None and not armed.done() and link.ready and link.swallowing is None:
-                # This request will run; its answer will not arrive.
-                link.swallowing = armed
-                self._armed = None
+                if self._armed_after > 0:
+                    self._armed_after -= 1
+                else:
+                    # This request will run; its answer will not arrive.
+                    link.swallowing = armed
+                    self._armed = None
             try:
                 link.server.write(data)
                 await link.server.drain()

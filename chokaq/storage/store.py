@@ -559,9 +559,23 @@ class Storage:
 
         if conn is not None:
             return work(self.bind(conn))
-        result = self.write(work, op="enqueue")
+        result = self._stored_once(lambda: self.write(work, op="enqueue"), job_id, (job_id, True))
         self.announce()
         return result
+
+    def _stored_once(self, store: Callable[[], T], job_id: str | None, stored: T) -> T:
+        """A replay whose first attempt committed unheard (a lost COMMIT reply) meets its own job
+        id, which this call made up: the job is stored, once. Any other conflict is raised."""
+        try:
+            return store()
+        except IntegrityError:
+            if job_id is None:
+                raise
+            hot = jobs_hot.c
+            found = self.read(lambda c: c.execute(select(hot.Id).where(hot.Id == job_id)).first(), op="enqueue_check")
+            if found is None:
+                raise
+            return stored
 
     def enqueue_many(self, reqs: Sequence[EnqueueRequest]) -> list[str]:
         """Bulk insert in one transaction. Jobs with idempotency keys go one by one."""
@@ -603,7 +617,7 @@ class Storage:
                 self._notify(c, q)
             return out
 
-        result = self.write(work, op="enqueue_many")
+        result = self._stored_once(lambda: self.write(work, op="enqueue_many"), ids[0] if ids else None, ids)
         self.announce()
         return result
 

@@ -133,7 +133,7 @@ def spawn_sweep(url: str, log: Path) -> subprocess.Popen[bytes]:
         chokaq_cmd("--app", "tests.apps.crashapp:app", "sweep", "--loop"),
         env=chokaq_env(url, **SWEEP_ENV),
         cwd=ROOT,
-        stdout=open(log, "wb"),  # noqa: SIM115 - closed with the process
+        stdout=open(log, "wb"),  # closed when the process ends
         stderr=subprocess.STDOUT,
     )
 
