@@ -148,6 +148,7 @@ def run_faulted(
     sweep_through_proxy: bool = False,
     jobs: int = JOBS,
     seconds: float = FAULT_SECONDS,
+    extra: list[str] | None = None,
 ) -> dict[str, Any]:
     s = Storage(pg_url)
     s.upgrade()
@@ -170,6 +171,7 @@ def run_faulted(
         ids = warm + produce(s, jobs - len(warm), seconds, stop)
         driver.join(seconds + 60)
         assert not driver.is_alive()
+        ids += extra or []
         # Drain: everything ends in Archive or the DLQ. Deadline, not a sleep.
         deadline = time.monotonic() + 120
         while True:
@@ -183,6 +185,7 @@ def run_faulted(
             time.sleep(0.2)
         alive = [p.poll() is None for p in procs]
         run = starts(record)
+        tables = table_ids(s)
         result = {
             "jobs": len(ids),
             "hot": sum(tables["hot"].values()),
@@ -253,22 +256,78 @@ def test_three_workers_survive_a_repeated_fault(
 
 def test_a_thirty_second_outage_mid_run(pg_url: str, tmp_path: Path, workers: Any, fault_proxy: Any) -> None:
     """The database refuses connections, then hangs them (a failover), 30 s in all by default; the
-    workers and the sweep (which talks through the proxy too) carry on afterwards."""
+    workers and the sweep (which talks through the proxy too) carry on afterwards. Slow jobs are
+    running when it begins and finish during it: their outcomes wait in memory until it ends."""
     outage = float(os.environ.get("CHOKAQ_OUTAGE_SECONDS", "30"))
     proxy = fault_proxy(pg_url)
+    slow: list[str] = []
+    record = tmp_path / "record.txt"
 
     def drive() -> None:
+        s = Storage(pg_url)
+        reqs = [EnqueueRequest(type="slow", payload='{"seconds": 2}', priority=100) for _ in range(12)]
+        slow.extend(s.enqueue_many(reqs))
+        deadline = time.monotonic() + 30
+        while sum(starts(record)[j] for j in slow) < len(slow) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        s.close()
         proxy.refuse(outage / 2)
         proxy.blackhole(outage / 2)
 
     # Zombie timeout over the outage: no heartbeat can arrive while the database is away.
-    WORKER_ENV_SAVED = dict(WORKER_ENV)
+    saved = dict(WORKER_ENV), dict(SWEEP_ENV)
     try:
-        WORKER_ENV["CHOKAQ_RECOVERY__PROCESSING_ZOMBIE_TIMEOUT"] = str(int(outage + 15))
-        SWEEP_ENV["CHOKAQ_RECOVERY__PROCESSING_ZOMBIE_TIMEOUT"] = str(int(outage + 15))
-        result = run_faulted(pg_url, tmp_path, workers, proxy, drive, sweep_through_proxy=True, seconds=outage)
+        for env in (WORKER_ENV, SWEEP_ENV):
+            env["CHOKAQ_RECOVERY__PROCESSING_ZOMBIE_TIMEOUT"] = str(int(outage + 10))
+        result = run_faulted(
+            pg_url, tmp_path, workers, proxy, drive, sweep_through_proxy=True, seconds=outage, extra=slow
+        )
     finally:
-        WORKER_ENV.update(WORKER_ENV_SAVED)
-        SWEEP_ENV["CHOKAQ_RECOVERY__PROCESSING_ZOMBIE_TIMEOUT"] = ZOMBIE_TIMEOUT
+        WORKER_ENV.clear()
+        WORKER_ENV.update(saved[0])
+        SWEEP_ENV.clear()
+        SWEEP_ENV.update(saved[1])
     print(f"outage {outage:g}s: {result}")
     assert_clean(result)
+
+
+def test_a_worker_started_while_the_database_is_down_waits_then_serves(
+    pg_url: str, tmp_path: Path, workers: Any, fault_proxy: Any
+) -> None:
+    """Start-up during an outage: the worker waits (capped backoff, a line per try) instead of
+    exiting; past Storage.OutageTolerance `chokaq health` says unhealthy; then it serves."""
+    from tests.acceptance.conftest import run_cli
+
+    s = Storage(pg_url)
+    s.upgrade()
+    proxy = fault_proxy(pg_url)
+    record = tmp_path / "record.txt"
+    health = tmp_path / "worker.health"
+    env = {"CHOKAQ_STORAGE__OUTAGE_TOLERANCE": "1", "CHOKAQ_EXECUTION__HEALTH_FILE": str(health)}
+    log = record.with_suffix(".worker0.log")
+    with proxy.refusing():
+        proc = workers(proxy.url(pg_url), record, **env)
+        deadline = time.monotonic() + 60
+        while log.read_bytes().count(b"database unreachable") < 3 if log.exists() else True:
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        out = run_cli(pg_url, "health", **env)
+        while out.returncode == 0:  # over the budget within a second or two
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+            out = run_cli(pg_url, "health", **env)
+        assert out.returncode == 1 and "unhealthy" in out.stderr and "OutageTolerance" in out.stderr
+    (job,) = s.enqueue_many([EnqueueRequest(type="record")])
+    deadline = time.monotonic() + 60
+    while starts(record)[job] == 0:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    while (out := run_cli(pg_url, "health", **env)).returncode != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert '"status": "ok"' in out.stdout
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert not health.exists()  # a stopped worker leaves no stale health behind
+    s.close()
