@@ -563,18 +563,31 @@ class Storage:
         self.announce()
         return result
 
-    def _stored_once(self, store: Callable[[], T], job_id: str | None, stored: T) -> T:
+    def _stored_once(
+        self, store: Callable[[], T], job_id: str | None, stored: T, reqs: Sequence[EnqueueRequest] = ()
+    ) -> T:
         """A replay whose first attempt committed unheard (a lost COMMIT reply) meets its own job
-        id, which this call made up: the job is stored, once. Any other conflict is raised."""
+        id, which this call made up: the job is stored, once. Any other conflict is raised.
+        ``reqs`` (enqueue_many): jobs with idempotency keys report the id stored under their key."""
         try:
             return store()
         except IntegrityError:
             if job_id is None:
                 raise
             hot = jobs_hot.c
-            found = self.read(lambda c: c.execute(select(hot.Id).where(hot.Id == job_id)).first(), op="enqueue_check")
+
+            def check(c: Connection) -> list[str | None] | None:
+                if c.execute(select(hot.Id).where(hot.Id == job_id)).first() is None:
+                    return None
+                keyed = [r.idempotency_key for r in reqs]
+                by_key = select(hot.Id).where(hot.IdempotencyKey == bindparam("key"))
+                return [c.execute(by_key, {"key": k}).scalar() if k is not None else None for k in keyed]
+
+            found = self.read(check, op="enqueue_check")
             if found is None:
                 raise
+            if isinstance(stored, list):
+                return [k if k is not None else i for i, k in zip(stored, found, strict=True)]  # type: ignore[return-value]
             return stored
 
     def enqueue_many(self, reqs: Sequence[EnqueueRequest]) -> list[str]:
@@ -617,7 +630,10 @@ class Storage:
                 self._notify(c, q)
             return out
 
-        result = self._stored_once(lambda: self.write(work, op="enqueue_many"), ids[0] if ids else None, ids)
+        plain = [i for i, r in enumerate(reqs) if r.idempotency_key is None]
+        result = self._stored_once(
+            lambda: self.write(work, op="enqueue_many"), ids[plain[0]] if plain else None, ids, reqs
+        )
         self.announce()
         return result
 

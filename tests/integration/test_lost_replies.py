@@ -89,7 +89,18 @@ def test_enqueue_without_a_key_is_stored_once_per_call(pg_url: str, direct: Stor
     swallowed += proxy.wait_swallowed(done, 0.5)
     proxy.disarm()
     assert stored(direct, Tags="many") == 5 and all(direct.get_job(i) for i in ids)
-    assert swallowed >= 5
+    # Mixed: a keyed job reports the id stored under its key.
+    reqs = [EnqueueRequest(type="t", tags="mixed"), EnqueueRequest(type="t", tags="mixed", idempotency_key="mk")]
+    for n in range(REQUESTS):
+        done = proxy.arm_swallow(after=n)
+        ids = s.enqueue_many(reqs)
+        swallowed += proxy.wait_swallowed(done, 0.5)
+        proxy.disarm()
+        keyed = direct.get_job(ids[1])
+        assert keyed is not None and keyed.idempotency_key == "mk"
+        assert direct.get_job(ids[0]) is not None
+    assert stored(direct, IdempotencyKey="mk") == 1 and stored(direct, Tags="mixed") == 1 + REQUESTS
+    assert swallowed >= 10
     s.close()
 
 
