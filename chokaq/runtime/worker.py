@@ -137,6 +137,10 @@ class Worker:
         self._ambiguous = False
         self._reconciling = False
         self._in_start: set[str] = set()
+        # Jobs this worker started and whose fate it leaves to the sweep (a handler thread that
+        # would not stop, an outcome it could not write): a reconcile must never hand them on.
+        # Keyed by id, the attempt they ran at: a later claim of the same job is a new one.
+        self._left: dict[str, int] = {}
         self._since: datetime | None = None  # database clock at start: older rows are not ours
 
     # ------------------------------------------------------------------ plumbing
@@ -319,7 +323,7 @@ class Worker:
                 try:
                     rows = await self._db(self.storage.owned, self.id, self._since)
                     held = set(self.running) | {j.id for j in self.buffer} | self._in_start
-                    orphans = [r for r in rows if r.id not in held]
+                    orphans = [r for r in rows if r.id not in held and self._left.get(r.id) != r.attempt_count]
                     fetched = [r for r in orphans if r.status == JobStatus.FETCHED]
                     processing = [r for r in orphans if r.status == JobStatus.PROCESSING]
                     if fetched and self._stopping:
@@ -340,6 +344,9 @@ class Worker:
                         )
                     return
                 except Exception as exc:
+                    if self._stopping and self.outage.over_budget():
+                        log.error("stopping without reconciling after a lost reply: the database is still away")
+                        return
                     delay = backoff(attempt)
                     attempt += 1
                     self.outage.failed("reconcile", exc, delay)
@@ -699,7 +706,7 @@ class Worker:
                     # A bug or a refused statement: retrying cannot help. The sweep recovers the job.
                     failed = successes or others[:1]
                     log.exception("finalising %d outcome(s) failed; the sweep will recover them", len(failed))
-                    self._done(failed)
+                    self._done(failed, left=True)
                     if successes:
                         successes = []
                     else:
@@ -710,9 +717,11 @@ class Worker:
                 self.outage.failed("finalise", exc, delay)
                 await asyncio.sleep(delay)
 
-    def _done(self, outcomes: list[Outcome]) -> None:
+    def _done(self, outcomes: list[Outcome], *, left: bool = False) -> None:
         for o in outcomes:
             self.running.pop(o.record.id, None)
+            if left or o.kind == "drop":
+                self._left[o.record.id] = o.lease.attempt
         self._slot.set()
 
     async def _record_successes(self, successes: list[Outcome]) -> None:
