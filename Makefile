@@ -24,6 +24,21 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -ra -m "not browser" tests/unit tests/integration
 
+## The live SQL Server suite (needs Docker and an ODBC driver: msodbcsql18, or MSSQL_ODBC_DRIVER=FreeTDS):
+## SQL Server 2022 from docker-compose.yml, the chokaq database with RCSI, then the storage contract,
+## migrations, worker, crash and admin tests against it ([mssql] cases; SQLite and PostgreSQL run in `make test`)
+MSSQL_TESTS ?= tests/integration/test_storage_contract.py tests/integration/test_keys_contract.py \
+	tests/integration/test_migrations.py tests/integration/test_worker.py tests/acceptance/test_crash.py tests/api
+.PHONY: test-mssql test-mssql-here
+test-mssql: $(STAMP)
+	docker compose up -d sqlserver
+	$(MAKE) test-mssql-here
+
+## The same against a SQL Server already listening on 127.0.0.1:$${MSSQL_PORT:-1433} (CI's service container)
+test-mssql-here: $(STAMP)
+	$(PY) -m tests.live_mssql prepare
+	CHOKAQ_TEST_MSSQL_URL="$$($(PY) -m tests.live_mssql url)" $(PY) -m pytest -q -ra -k mssql $(MSSQL_TESTS)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy

@@ -72,6 +72,13 @@ class StorageSettings(BaseModel):
     cleanup_batch_size: int = Field(default=1000, ge=1, le=100_000)
     pool_size: int = Field(default=10, ge=1, le=200)
     transient_retries: int = Field(default=5, ge=0, le=50)
+    command_timeout: int = Field(
+        default=30,
+        ge=0,
+        le=3600,
+        description="SQL Server: seconds a login, statement or lock wait may take before it fails as a "
+        "transient error (0 = no limit)",
+    )
     outage_tolerance: float = Field(
         default=120.0,
         ge=1,

@@ -40,6 +40,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.sql.elements import ColumnElement
 from ulid import ULID
 
+from chokaq.domain.keys import check_key
 from chokaq.domain.models import EnqueueRequest, JobRecord, Lease, QueueInfo, QueueStats, SweepResult
 from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.settings import StorageSettings
@@ -366,6 +367,7 @@ class Storage:
             url,
             pool_size=self.settings.pool_size,
             echo=echo,
+            command_timeout=self.settings.command_timeout,
             connect_timeout=self.settings.connect_timeout,
             statement_timeout=self.settings.statement_timeout,
         )
@@ -1125,6 +1127,7 @@ class Storage:
         conn: Connection | None = None,
     ) -> QueueInfo:
         """Create the queue row if needed and change the given fields (None clears an override)."""
+        check_key("queue", name)
         values: dict[str, Any] = {"LastUpdatedUtc": utcnow()}
         if paused is not None:
             values["IsPaused"] = paused

@@ -147,7 +147,7 @@ def test_a_claim_that_starts_is_the_same_locked_claim(captured: tuple[Storage, l
     assert "[StartedAtUtc]=SYSUTCDATETIME(), [LastUpdatedUtc]=SYSUTCDATETIME()" in claim.replace(
         "[HeartbeatUtc]=SYSUTCDATETIME(), ", ""
     )
-    zombie_flag = "[ZombieRetry]=CASE WHEN chokaq.[JobsHot].[Type] IN (SELECT CAST([value] AS VARCHAR(255))"
+    zombie_flag = "[ZombieRetry]=CASE WHEN chokaq.[JobsHot].[Type] IN (SELECT CAST([value] AS NVARCHAR(255))"
     assert zombie_flag in claim
     assert "OUTPUT inserted.[Id]" in claim and "inserted.[AttemptCount]" in claim
 
