@@ -35,6 +35,11 @@ class ExecutionSettings(BaseModel):
     prefetch: int = Field(default=100, ge=1, le=10_000, description="prefetch buffer size")
     fetch_batch_size: int = Field(default=20, ge=1, le=1000)
     shutdown_grace: float = Field(default=30.0, ge=0)
+    health_file: str | None = Field(
+        default=None,
+        description="Execution.HealthFile: where a worker keeps its health for `chokaq health` (the container "
+        "health check); unhealthy once the database has been unreachable for longer than Storage.OutageTolerance",
+    )
 
     @model_validator(mode="after")
     def _interval_order(self) -> ExecutionSettings:
@@ -73,6 +78,20 @@ class StorageSettings(BaseModel):
         le=3600,
         description="SQL Server: seconds a login, statement or lock wait may take before it fails as a "
         "transient error (0 = no limit)",
+    )
+    outage_tolerance: float = Field(
+        default=120.0,
+        ge=1,
+        description="Storage.OutageTolerance: seconds a worker rides out an unreachable database (an Azure SQL "
+        "reconfiguration takes 10-60 s) before it stops claiming and reports unhealthy; finished outcomes are "
+        "still kept and retried after that",
+    )
+    connect_timeout: float = Field(default=10.0, gt=0, description="Storage.ConnectTimeout: seconds per connect")
+    statement_timeout: float = Field(
+        default=120.0,
+        ge=0,
+        description="Storage.StatementTimeout: PostgreSQL statement_timeout in seconds (0: none); a statement "
+        "that hangs becomes an error the worker retries",
     )
     listen_notify: bool = Field(default=True, description="use LISTEN/NOTIFY on PostgreSQL")
     refresh_statistics: bool = Field(

@@ -26,7 +26,12 @@ MSSQL_TRANSIENT = {
     40143, 40197, 40501, 40540, 40613, 42108, 42109, 49918, 49919, 49920,
 }  # fmt: skip
 MSSQL_TRANSIENT_SQLSTATES = {"HYT00", "HYT01", "08S01", "08001", "40001"}
-PG_TRANSIENT_SQLSTATE_PREFIXES = ("40001", "40P01", "08", "57P01", "57P02", "57P03", "53300")
+PG_TRANSIENT_SQLSTATE_PREFIXES = ("40001", "40P01", "08", "57P01", "57P02", "57P03", "53300", "57014")
+# libpq's own words for a connection that failed or broke (no SQLSTATE: the server never answered).
+PG_TRANSIENT_CONNECTION_TEXT = (
+    "connection refused", "timeout expired", "server closed the connection", "connection reset",
+    "connection timed out", "no route to host", "network is unreachable", "the database system is",
+)
 # pyodbc formats a diagnostic record as "[SQLSTATE] <text> (<native number>) (<ODBC function>)"
 # (later records, on Windows: "; [SQLSTATE] <text> (<number>)"). The number the driver placed is
 # the one just before the function name; any "(digits)" inside <text> (a duplicate key value, an
@@ -43,7 +48,15 @@ SQL_COPT_SS_ACCESS_TOKEN = 1256
 AZURE_SQL_SCOPE = "https://database.windows.net/.default"
 
 
-def build_engine(url: str, *, pool_size: int = 10, echo: bool = False, command_timeout: int = 0) -> Engine:
+def build_engine(
+    url: str,
+    *,
+    pool_size: int = 10,
+    echo: bool = False,
+    command_timeout: int = 0,
+    connect_timeout: float = 10.0,
+    statement_timeout: float = 0.0,
+) -> Engine:
     """Create the engine for ``url`` with what each database needs to behave as a queue."""
     try:
         parsed = make_url(url)
@@ -54,7 +67,10 @@ def build_engine(url: str, *, pool_size: int = 10, echo: bool = False, command_t
         if backend == "sqlite":
             return _sqlite_engine(url, echo=echo)
         if backend == "postgresql":
-            engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size, echo=echo)
+            connect_args = postgresql_connect_args(parsed.query, connect_timeout, statement_timeout)
+            engine = create_engine(
+                url, pool_size=pool_size, max_overflow=pool_size, echo=echo, connect_args=connect_args
+            )
             return engine
         if backend == "mssql":
             return _mssql_engine(parsed, pool_size=pool_size, echo=echo, command_timeout=command_timeout)
@@ -66,6 +82,26 @@ def build_engine(url: str, *, pool_size: int = 10, echo: bool = False, command_t
             f"the driver for {backend} is not installed ({exc.name}); pip install 'chokaq[{extra}]'"
         ) from None
     raise ConfigurationError(f"unsupported database {backend!r}: use sqlite, postgresql+psycopg or mssql+pyodbc")
+
+
+def postgresql_connect_args(query: Any, connect_timeout: float, statement_timeout: float) -> dict[str, Any]:
+    """libpq parameters that end a hung connection within seconds instead of hours: a connect
+    timeout, TCP keepalives and a user timeout (unacknowledged data), and a server-side statement
+    timeout. The timeout goes in the start-up packet (``options``), so it costs no round trip.
+    Parameters given in the URL win."""
+    args: dict[str, Any] = {
+        "connect_timeout": max(1, round(connect_timeout)),
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 15_000,
+    }
+    args = {k: v for k, v in args.items() if k not in query}
+    if statement_timeout > 0:
+        option = f"-c statement_timeout={round(statement_timeout * 1000)}"
+        args["options"] = f"{query['options']} {option}" if "options" in query else option
+    return args
 
 
 def _sqlite_engine(url: str, *, echo: bool) -> Engine:
@@ -299,6 +335,8 @@ def is_transient(exc: BaseException) -> bool:
     name = type(exc).__name__
     text = " ".join(str(a) for a in getattr(exc, "args", ()))
     if name == "OperationalError" and ("database is locked" in text or "database is busy" in text):
+        return True
+    if type(exc).__module__.startswith("psycopg") and any(t in text.lower() for t in PG_TRANSIENT_CONNECTION_TEXT):
         return True
     if type(exc).__module__.startswith("pyodbc") or name in {"OperationalError", "ProgrammingError", "Error"}:
         args = getattr(exc, "args", ())

@@ -87,6 +87,10 @@ def _lock(conn: Connection) -> None:
 def upgrade(engine: Engine) -> list[int]:
     """Apply pending migrations. Returns the versions applied by this call (empty if current)."""
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            # Storage.StatementTimeout is for the worker's statements; a migration (or a wait for
+            # another process's migration lock) may rightly take longer. LOCAL: back at commit.
+            conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
         if conn.dialect.name != "mssql":
             return _upgrade(conn)
         from chokaq.storage.engine import mssql_without_timeouts

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import random
+import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -531,6 +533,23 @@ def _autocommit_twin(engine: Engine) -> Engine | None:
     return Engine(pool, engine.dialect, engine.url, echo=engine.echo)
 
 
+@dataclass
+class Ambiguity:
+    ambiguous: bool = False
+
+
+def _may_have_committed(exc: BaseException) -> bool:
+    """A failure that may have come after the server committed: the connection broke or timed out.
+    Deadlocks, serialisation failures and other answers from the server rolled back for sure."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    sqlstate = getattr(orig, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate:
+        return sqlstate.startswith("08")  # connection exceptions
+    return True
+
+
 def new_job_id() -> str:
     # Time-ordered ids keep SQL Server's clustered primary key appending, not splitting pages.
     return str(ULID())
@@ -570,7 +589,12 @@ class Storage:
         self.url = url
         self.settings = settings or StorageSettings()
         self.engine = engine or build_engine(
-            url, pool_size=self.settings.pool_size, echo=echo, command_timeout=self.settings.command_timeout
+            url,
+            pool_size=self.settings.pool_size,
+            echo=echo,
+            command_timeout=self.settings.command_timeout,
+            connect_timeout=self.settings.connect_timeout,
+            statement_timeout=self.settings.statement_timeout,
         )
         self.dialect = self.engine.dialect.name
         self._autocommit = _autocommit_twin(self.engine)
@@ -583,6 +607,7 @@ class Storage:
         self._enqueue_listeners: list[Callable[[], None]] = []
         # After-commit announcers for other processes (the Functions doorbell): see add_announcer.
         self._announcers: list[Callable[[Mapping[str, float] | None], None]] = []
+        self._local = threading.local()  # per-call ambiguity, see _retrying
 
     # ------------------------------------------------------------------ transactions
     def close(self) -> None:
@@ -609,8 +634,11 @@ class Storage:
         def attempt() -> T:
             if single and self._autocommit is not None:
                 with self._autocommit.connect() as conn:
+                    # From here on a failure may come after the server ran the statement.
+                    self._local.sent = not readonly
                     return fn(conn)
             with self.engine.connect() as raw:
+                self._local.sent = not readonly
                 if single and self.dialect != "sqlite":
                     return fn(raw.execution_options(isolation_level="AUTOCOMMIT"))
                 conn = raw.execution_options(chokaq_readonly=True) if readonly else raw
@@ -622,11 +650,16 @@ class Storage:
     def _retrying(self, once: Callable[[], T], *, op: str) -> T:
         attempts = self.settings.transient_retries
         for attempt in range(attempts + 1):
+            self._local.sent = False
             try:
                 if self.fault_injector is not None:
                     self.fault_injector(op)
                 return once()
             except (DBAPIError, OperationalError) as exc:
+                if self._local.sent and self.dialect != "sqlite" and _may_have_committed(exc):
+                    # The connection died under a write: it may have committed, and the reply was
+                    # lost. The replay cannot tell; callers that care reconcile (see ambiguity()).
+                    self._local.ambiguous = True
                 if attempt >= attempts or not is_transient(exc):
                     raise
                 delay = min(0.05 * (2**attempt), 2.0) * (0.5 + random.random())
@@ -639,6 +672,18 @@ class Storage:
                 )
                 time.sleep(delay)
         raise AssertionError("unreachable")
+
+    @contextlib.contextmanager
+    def ambiguity(self) -> Iterator[Ambiguity]:
+        """Tells whether a write in the block, on this thread, failed in a way that may have
+        committed (a lost reply): the block's outcome may then include changes it never saw."""
+        seen = Ambiguity()
+        self._local.ambiguous = False
+        try:
+            yield seen
+        finally:
+            seen.ambiguous = bool(getattr(self._local, "ambiguous", False))
+            self._local.ambiguous = False
 
     def on_enqueue(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` after this process commits new Pending work. Returns an unsubscriber."""
@@ -766,9 +811,36 @@ class Storage:
 
         if conn is not None:
             return work(self.bind(conn))
-        result = self.write(work, op="enqueue")
+        result = self._stored_once(lambda: self.write(work, op="enqueue"), job_id, (job_id, True))
         self.announce({req.queue: float(req.delay_seconds)})
         return result
+
+    def _stored_once(
+        self, store: Callable[[], T], job_id: str | None, stored: T, reqs: Sequence[EnqueueRequest] = ()
+    ) -> T:
+        """A replay whose first attempt committed unheard (a lost COMMIT reply) meets its own job
+        id, which this call made up: the job is stored, once. Any other conflict is raised.
+        ``reqs`` (enqueue_many): jobs with idempotency keys report the id stored under their key."""
+        try:
+            return store()
+        except IntegrityError:
+            if job_id is None:
+                raise
+            hot = jobs_hot.c
+
+            def check(c: Connection) -> list[str | None] | None:
+                if c.execute(select(hot.Id).where(hot.Id == job_id)).first() is None:
+                    return None
+                keyed = [r.idempotency_key for r in reqs]
+                by_key = select(hot.Id).where(hot.IdempotencyKey == bindparam("key"))
+                return [c.execute(by_key, {"key": k}).scalar() if k is not None else None for k in keyed]
+
+            found = self.read(check, op="enqueue_check")
+            if found is None:
+                raise
+            if isinstance(stored, list):
+                return [k if k is not None else i for i, k in zip(stored, found, strict=True)]  # type: ignore[return-value]
+            return stored
 
     def enqueue_many(self, reqs: Sequence[EnqueueRequest]) -> list[str]:
         """Bulk insert, in transactions of at most ``Storage.CleanupBatchSize`` jobs each, so a
@@ -825,9 +897,16 @@ class Storage:
 
         result: list[str] = []
         for start in range(0, len(reqs), size):
-            result += self.write(batch(start), op="enqueue_many")
+            part = reqs[start : start + size]
+            plain = [start + i for i, r in enumerate(part) if r.idempotency_key is None]
+            result += self._stored_once(
+                functools.partial(self.write, batch(start), op="enqueue_many"),
+                ids[plain[0]] if plain else None,
+                ids[start : start + size],
+                part,
+            )
             due: dict[str, float] = {}
-            for r in reqs[start : start + size]:
+            for r in part:
                 due[r.queue] = min(due.get(r.queue, float(r.delay_seconds)), float(r.delay_seconds))
             self.announce(due)
         return result
@@ -960,9 +1039,29 @@ class Storage:
             started.append(job)
         got = {j.id for j in started}
         rest = [lease for lease in leases if lease.job_id not in got]
+        if rest:
+            # A replay after a lost reply finds its own start done: Processing under this worker at
+            # the next attempt. Nobody ran them; they start now, attempt counted once.
+            for row in self._started_by(worker_id, rest):
+                job = by_id[row.id]
+                job.status, job.attempt_count = JobStatus.PROCESSING, row.attempt_count
+                job.started_at_utc, job.heartbeat_utc = row.started_at_utc, row.heartbeat_utc
+                job.last_updated_utc, job.zombie_retry = row.last_updated_utc, row.zombie_retry
+                started.append(job)
+                got.add(job.id)
+            rest = [lease for lease in rest if lease.job_id not in got]
         released = self.release(worker_id, rest) if rest else []
         lost = [lease.job_id for lease in rest if lease.job_id not in set(released)]
         return StartResult(started, released, lost)
+
+    def _started_by(self, worker_id: str, leases: Sequence[Lease]) -> list[JobRecord]:
+        by_id = {lease.job_id: lease for lease in leases}
+        hot = jobs_hot.c
+        query = select(jobs_hot).where(
+            hot.Id.in_(list(by_id)), status_is(hot.Status, PROCESSING), hot.WorkerId == worker_id
+        )
+        rows = self.read(lambda c: [hot_record(r) for r in c.execute(query).all()], op="recognise")
+        return [r for r in rows if r.attempt_count == by_id[r.id].attempt + 1]
 
     def _release(self, c: Connection, worker_id: str, leases: Sequence[Lease]) -> list[str]:
         groups, params = fence_params(worker_id, leases, c.dialect.name)
@@ -1048,7 +1147,9 @@ class Storage:
             return set()
         groups, params = fence_params(worker_id, [d.lease for d in done], self.dialect)
         params["durations"] = json.dumps({d.lease.job_id: d.duration_ms for d in done})
-        return {job_id for job_id, _ in self.move(_complete_statements(groups), params, op="complete")}
+        moved = {job_id for job_id, _ in self.move(_complete_statements(groups), params, op="complete")}
+        missing = [d.lease for d in done if d.lease.job_id not in moved]
+        return moved | self._already(jobs_archive, missing) if missing else moved
 
     @staticmethod
     def dlq_shape(
@@ -1068,7 +1169,9 @@ class Storage:
         params["failure_reason"] = int(reason)
         if error_details is not None:
             params["error_details"] = error_details
-        return bool(self.move(_fail_statements(groups, error_details is not None), params, op="fail"))
+        if self.move(_fail_statements(groups, error_details is not None), params, op="fail"):
+            return True
+        return bool(self._already(jobs_dlq, [lease], jobs_dlq.c.FailureReason == int(reason)))
 
     def retry(self, lease: Lease, delay_seconds: float) -> bool:
         """Processing -> Pending, due after ``delay_seconds``."""
@@ -1081,7 +1184,7 @@ class Storage:
             self.bump_stats(c, "RetriedTotal", Counter(r[0] for r in rows))
             return bool(rows)
 
-        return self.write(work, op="retry")
+        return self.write(work, op="retry") or bool(self._already(jobs_hot, [lease], back_to_pending=0))
 
     def reschedule(self, worker_id: str, leases: Sequence[Lease]) -> list[str]:
         """Processing -> Pending for handlers that stopped on shutdown; the attempt is given back."""
@@ -1107,7 +1210,56 @@ class Storage:
             ).all()
             return [r[0] for r in rows]
 
-        return self.write(work, op="reschedule")
+        moved = self.write(work, op="reschedule")
+        missing = [lease for lease in leases if lease.job_id not in set(moved)]
+        return moved + sorted(self._already(jobs_hot, missing, back_to_pending=1)) if missing else moved
+
+    def _already(
+        self,
+        table: Table,
+        leases: Sequence[Lease],
+        condition: ColumnElement[bool] | None = None,
+        *,
+        back_to_pending: int | None = None,
+    ) -> set[str]:
+        """Ids among ``leases`` whose job already is where a worker's move would have put it: a
+        replay after a lost reply finds its own earlier success there, not a conflict.
+
+        Archive or DLQ: the row names this worker and attempt (and ``condition``, e.g. the failure
+        reason, so a zombie burial of our job is not taken for our own move). JobsHot
+        (``back_to_pending``): Pending, no owner, at the lease's attempt less ``back_to_pending``
+        (a retry keeps the attempt, a reschedule gives it back). Read only on the rare path where a
+        move found fewer rows than it named.
+        """
+        by_id = {lease.job_id: lease for lease in leases}
+        t = table.c
+        query = select(t.Id, t.WorkerId, t.AttemptCount).where(t.Id.in_(list(by_id)))
+        if back_to_pending is not None:
+            query = query.where(status_is(t.Status, PENDING), t.WorkerId.is_(None))
+        if condition is not None:
+            query = query.where(condition)
+        rows = self.read(lambda c: c.execute(query).all(), op="recognise")
+        found = set()
+        for job_id, worker, attempt in rows:
+            lease = by_id[job_id]
+            if back_to_pending is not None:
+                if attempt == lease.attempt - back_to_pending:
+                    found.add(job_id)
+            elif worker == lease.worker_id and attempt == lease.attempt:
+                found.add(job_id)
+        return found
+
+    def owned(self, worker_id: str, since: datetime | None = None) -> list[JobRecord]:
+        """Fetched and Processing jobs that carry ``worker_id`` (last updated at or after ``since``).
+
+        A worker reads them after a claim whose reply may have been lost: rows it does not hold
+        were claimed by a reply it never got. Rare; the Status partial indexes bound the read.
+        """
+        hot = jobs_hot.c
+        query = select(jobs_hot).where(status_in(hot.Status, FETCHED, PROCESSING), hot.WorkerId == worker_id)
+        if since is not None:
+            query = query.where(hot.LastUpdatedUtc >= since)
+        return self.read(lambda c: [hot_record(r) for r in c.execute(query).all()], op="owned")
 
     # ------------------------------------------------------------------ planner statistics
     def refresh_statistics(self, *, min_age: float = STATISTICS_MIN_AGE) -> bool:
