@@ -39,8 +39,10 @@ RUN groupadd --system --gid 10001 chokaq \
     && useradd --system --uid 10001 --gid chokaq --home-dir /app --shell /usr/sbin/nologin chokaq
 USER 10001:10001
 
-# Exit 0 when the database is reachable. Docker and docker compose use this; Azure Container Apps
-# ignores HEALTHCHECK (its probes are HTTP/TCP only).
+# The worker keeps its health in this file: healthy while it rides out a database outage, unhealthy
+# past Storage.OutageTolerance. Without the file (other commands) `chokaq health` pings the database.
+# Docker and docker compose use this; Azure Container Apps ignores HEALTHCHECK (HTTP/TCP probes only).
+ENV CHOKAQ_EXECUTION__HEALTH_FILE=/tmp/chokaq-worker.health
 HEALTHCHECK --interval=30s --timeout=10s --start-period=20s --retries=3 CMD ["chokaq", "health"]
 
 ENTRYPOINT ["chokaq"]

@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test test-fast lint typecheck fmt scripts bench clean
+.PHONY: dev test test-fast lint typecheck fmt scripts bench clean requirements requirements-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,14 +24,47 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -ra -m "not browser" tests/unit tests/integration
 
+## The live SQL Server suite (needs Docker and an ODBC driver: msodbcsql18, or MSSQL_ODBC_DRIVER=FreeTDS):
+## SQL Server 2022 from docker-compose.yml, the chokaq database with RCSI, then the storage contract,
+## migrations, worker, crash and admin tests against it ([mssql] cases; SQLite and PostgreSQL run in `make test`)
+MSSQL_TESTS ?= tests/integration/test_storage_contract.py tests/integration/test_keys_contract.py \
+	tests/integration/test_migrations.py tests/integration/test_worker.py tests/acceptance/test_crash.py tests/api
+.PHONY: test-mssql test-mssql-here
+test-mssql: $(STAMP)
+	docker compose up -d sqlserver
+	$(MAKE) test-mssql-here
+
+## The same against a SQL Server already listening on 127.0.0.1:$${MSSQL_PORT:-1433} (CI's service container)
+test-mssql-here: $(STAMP)
+	$(PY) -m tests.live_mssql prepare
+	CHOKAQ_TEST_MSSQL_URL="$$($(PY) -m tests.live_mssql url)" $(PY) -m pytest -q -ra -k mssql $(MSSQL_TESTS)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-## Regenerate the plain DDL scripts under sql/ from the table definitions
+## Regenerate the plain DDL scripts and the hot-path statements (queries.sql) under sql/
 scripts: $(STAMP)
 	$(VENV)/bin/chokaq db script --dialect postgresql > sql/postgres/001_initial.sql
 	$(VENV)/bin/chokaq db script --dialect mssql > sql/sqlserver/001_initial.sql
+	$(VENV)/bin/chokaq db script --dialect postgresql --queries > sql/postgres/queries.sql
+	$(VENV)/bin/chokaq db script --dialect mssql --queries > sql/sqlserver/queries.sql
+
+## requirements.txt for the Functions remote build: pyproject's dependencies plus the mssql, otel and
+## azure extras, every package pinned with hashes, resolved for Azure's Python 3.11 on Linux.
+## The remote build's pip (23.2.1 on Python 3.11.7) then only checks pins; it resolves nothing.
+REQUIREMENTS_COMPILE = $(VENV)/bin/uv pip compile pyproject.toml --extra mssql --extra otel --extra azure \
+	--python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes --quiet \
+	--custom-compile-command "make requirements"
+requirements: $(STAMP)
+	$(REQUIREMENTS_COMPILE) --upgrade -o requirements.txt
+
+## Fails when requirements.txt is not what `make requirements` makes from pyproject.toml (uv keeps
+## the existing pins as preferences, so only a pyproject change moves them).
+requirements-check: $(STAMP)
+	cp requirements.txt $(VENV)/requirements.check.txt
+	$(REQUIREMENTS_COMPILE) -o $(VENV)/requirements.check.txt
+	diff -u requirements.txt $(VENV)/requirements.check.txt
 
 ## Benchmarks (not run by CI): chokaq here, peers in their own venv (.venv-bench, never a runtime dep)
 BENCH_VENV ?= .venv-bench

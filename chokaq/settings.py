@@ -36,6 +36,11 @@ class ExecutionSettings(BaseModel):
     prefetch: int = Field(default=100, ge=1, le=10_000, description="prefetch buffer size")
     fetch_batch_size: int = Field(default=20, ge=1, le=1000)
     shutdown_grace: float = Field(default=30.0, ge=0)
+    health_file: str | None = Field(
+        default=None,
+        description="Execution.HealthFile: where a worker keeps its health for `chokaq health` (the container "
+        "health check); unhealthy once the database has been unreachable for longer than Storage.OutageTolerance",
+    )
 
     @model_validator(mode="after")
     def _interval_order(self) -> ExecutionSettings:
@@ -68,6 +73,27 @@ class StorageSettings(BaseModel):
     cleanup_batch_size: int = Field(default=1000, ge=1, le=100_000)
     pool_size: int = Field(default=10, ge=1, le=200)
     transient_retries: int = Field(default=5, ge=0, le=50)
+    command_timeout: int = Field(
+        default=30,
+        ge=0,
+        le=3600,
+        description="SQL Server: seconds a login, statement or lock wait may take before it fails as a "
+        "transient error (0 = no limit)",
+    )
+    outage_tolerance: float = Field(
+        default=120.0,
+        ge=1,
+        description="Storage.OutageTolerance: seconds a worker rides out an unreachable database (an Azure SQL "
+        "reconfiguration takes 10-60 s) before it stops claiming and reports unhealthy; finished outcomes are "
+        "still kept and retried after that",
+    )
+    connect_timeout: float = Field(default=10.0, gt=0, description="Storage.ConnectTimeout: seconds per connect")
+    statement_timeout: float = Field(
+        default=120.0,
+        ge=0,
+        description="Storage.StatementTimeout: PostgreSQL statement_timeout in seconds (0: none); a statement "
+        "that hangs becomes an error the worker retries",
+    )
     listen_notify: bool = Field(default=True, description="use LISTEN/NOTIFY on PostgreSQL")
     refresh_statistics: bool = Field(
         default=True,
@@ -108,6 +134,18 @@ class AdminSettings(BaseModel):
                                             "is authorised again")
 
 
+class FunctionsSettings(BaseModel):
+    """Functions.*: the doorbell that lets an Azure Functions ``wake`` run start soon after an enqueue
+    (docs/functions.md). The database stays the only queue; the doorbell only says "look now"."""
+
+    doorbell_queue: str | None = Field(
+        default=None,
+        pattern=r"^$|^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$",  # Azure Storage queue names
+        description="Azure Storage queue name to ring after an enqueue commits; unset or empty = off",
+    )
+    doorbell_interval: float = Field(default=1.0, gt=0, le=60, description="at most one ring per queue this often")
+
+
 class ChokaQSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -126,6 +164,7 @@ class ChokaQSettings(BaseSettings):
     queues: dict[str, QueueSettings] = Field(default_factory=dict)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
+    functions: FunctionsSettings = Field(default_factory=FunctionsSettings)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @model_validator(mode="before")

@@ -1,7 +1,8 @@
 """OpenTelemetry instruments (meter and tracer ``chokaq``) and optional exporter set-up.
 
-Only the API is a hard dependency. Nothing is exported unless ``configure()`` finds OTEL settings
-(``OTEL_EXPORTER_OTLP_ENDPOINT`` or the metrics/traces specific variants) and the SDK is installed.
+Only the API is a hard dependency. ``configure()`` adds an exporter only for a signal whose global
+provider is still the API's proxy (nobody installed one: not the Functions worker, not the app),
+and only when Application Insights or OTLP settings say where to send it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Instruments:
     queue_lag: Any
     workers_active: Any
     sweeps: Any
+    doorbell_rings: Any
 
 
 _instruments: Instruments | None = None
@@ -61,6 +63,9 @@ def instruments() -> Instruments:
             queue_lag=m.create_histogram("chokaq.jobs.queue_lag", unit="ms", description="due time to start"),
             workers_active=m.create_up_down_counter("chokaq.workers.active", unit="{worker}"),
             sweeps=m.create_counter("chokaq.recovery.sweeps", unit="{sweep}", description="recovery sweeps run"),
+            doorbell_rings=m.create_counter(
+                "chokaq.doorbell.rings", unit="{ring}", description="doorbell rings by outcome (sent, failed)"
+            ),
         )
     return _instruments
 
@@ -82,35 +87,53 @@ def tracing_active() -> bool:
     return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
 
 
+def metrics_active() -> bool:
+    """Whether a real meter provider has been installed (the API's proxy and no-op ones do not count)."""
+    try:
+        from opentelemetry.metrics._internal import _ProxyMeterProvider
+    except ImportError:  # pragma: no cover - the API moved it
+        return type(metrics.get_meter_provider()).__name__ not in ("_ProxyMeterProvider", "NoOpMeterProvider")
+    return not isinstance(metrics.get_meter_provider(), (_ProxyMeterProvider, metrics.NoOpMeterProvider))
+
+
 _configured = False
+_reported_unexported = False
 
 
 def configure(service_name: str = "chokaq") -> bool:
-    """Wire the OTLP/HTTP exporters when OTEL env vars ask for it. Returns True if it did.
+    """Install exporters for the signals nobody else has a provider for. Returns True if chokaq
+    owns any provider (the caller then flushes after short-lived work).
 
-    Inside Azure Functions with ``PYTHON_ENABLE_OPENTELEMETRY=true`` the host's worker already
-    owns the global providers; installing ours too would export everything twice.
+    The decision is made from the providers really installed, not from environment variables:
+    inside Azure Functions the Python worker installs Azure Monitor's providers itself when
+    ``PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY=true`` (``PYTHON_ENABLE_OPENTELEMETRY`` alone only
+    propagates context), and a second exporter would send everything twice. When the worker did
+    not install them, chokaq does, so nothing is dropped on the floor.
     """
-    global _configured
+    global _configured, _reported_unexported
     if _configured:
         return True
+    if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
+        return False
+    want_traces, want_metrics = not tracing_active(), not metrics_active()
+    if not (want_traces or want_metrics):
+        log.info("OpenTelemetry providers are installed already (Functions worker or app): chokaq adds no exporter")
+        return False
     endpoint = (
         os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
         or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
         or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
     )
-    if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
-        return False
-    host_managed = os.environ.get("PYTHON_ENABLE_OPENTELEMETRY", "").lower() == "true" and bool(
-        os.environ.get("FUNCTIONS_WORKER_RUNTIME")
-    )
-    if host_managed and os.environ.get("CHOKAQ_OTEL_FORCE", "").lower() != "true":
-        log.info("OpenTelemetry is configured by the Functions host; chokaq will not add exporters")
-        return False
-    if os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING") and _configure_azure_monitor(service_name):
+    if os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING") and _configure_azure_monitor(
+        service_name, traces=want_traces, metrics_=want_metrics
+    ):
         _configured = True
         return True
     if not endpoint:
+        if not _reported_unexported:
+            _reported_unexported = True
+            log.info("no OpenTelemetry exporter is configured (APPLICATIONINSIGHTS_CONNECTION_STRING or "
+                     "OTEL_EXPORTER_OTLP_ENDPOINT): chokaq's spans and metrics are not exported")
         return False
     try:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -124,19 +147,23 @@ def configure(service_name: str = "chokaq") -> bool:
         log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but the SDK is missing: pip install 'chokaq[otel]'")
         return False
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", service_name)})
-    interval_ms = int(os.environ.get("OTEL_METRIC_EXPORT_INTERVAL", "60000"))
-    reader = PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=interval_ms)
-    metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    trace.set_tracer_provider(provider)
+    if want_metrics:
+        interval_ms = int(os.environ.get("OTEL_METRIC_EXPORT_INTERVAL", "60000"))
+        reader = PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=interval_ms)
+        metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
+    if want_traces:
+        provider = TracerProvider(resource=resource)
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        trace.set_tracer_provider(provider)
     _configured = True
-    log.info("OpenTelemetry OTLP export to %s", endpoint)
+    log.info("OpenTelemetry OTLP export to %s (%s)", endpoint,
+             ", ".join(n for n, on in (("traces", want_traces), ("metrics", want_metrics)) if on))
     return True
 
 
-def _configure_azure_monitor(service_name: str) -> bool:
-    """Application Insights through the Azure Monitor distro (extra ``chokaq[azure]``), when installed."""
+def _configure_azure_monitor(service_name: str, *, traces: bool, metrics_: bool) -> bool:
+    """Application Insights through the Azure Monitor distro (extra ``chokaq[azure]``), when installed,
+    for the signals that have no provider yet."""
     try:
         from azure.monitor.opentelemetry import configure_azure_monitor
     except ImportError:
@@ -146,8 +173,15 @@ def _configure_azure_monitor(service_name: str) -> bool:
         )
         return False
     os.environ.setdefault("OTEL_SERVICE_NAME", service_name)
-    configure_azure_monitor(connection_string=os.environ["APPLICATIONINSIGHTS_CONNECTION_STRING"])
-    log.info("OpenTelemetry export to Application Insights (Azure Monitor distro)")
+    configure_azure_monitor(
+        connection_string=os.environ["APPLICATIONINSIGHTS_CONNECTION_STRING"],
+        disable_tracing=not traces,
+        disable_metrics=not metrics_,
+        # The Functions host already ships the worker's log records to Application Insights.
+        disable_logging=bool(os.environ.get("FUNCTIONS_WORKER_RUNTIME")),
+    )
+    log.info("OpenTelemetry export to Application Insights (Azure Monitor distro): %s",
+             ", ".join(n for n, on in (("traces", traces), ("metrics", metrics_)) if on))
     return True
 
 

@@ -11,7 +11,14 @@ Functions:
 * ``retention``: archive rows older than ``Retention.ArchiveDays`` deleted in bounded batches, on
   ``%CHOKAQ_RETENTION_SCHEDULE%``;
 * ``drain``: only when ``CHOKAQ_DRAIN_SCHEDULE`` is set and the app has handlers: a worker that runs
-  for at most ``CHOKAQ_DRAIN_SECONDS`` per tick, then stops gracefully (see docs/functions.md).
+  for at most ``CHOKAQ_DRAIN_SECONDS`` per tick, then stops gracefully (see docs/functions.md);
+* ``wake``: only when ``CHOKAQ_FUNCTIONS__DOORBELL_QUEUE`` is set and the app has handlers: the same
+  slice, started by a doorbell message that a producer sends after its enqueue commits.
+
+With the doorbell queue set, this app's own enqueues (the admin API) ring it too.
+
+A missing ``CHOKAQ_STORAGE_URL`` (or another refused setting) does not fall back to a SQLite file in
+the package: the app then registers only functions that report the reason (functions/misconfigured.py).
 """
 
 from __future__ import annotations
@@ -24,7 +31,9 @@ import azure.functions as func
 
 from chokaq import telemetry
 from chokaq.cli.loading import load_app
+from chokaq.domain.errors import ConfigurationError
 from chokaq.runtime.app import ChokaQ
+from chokaq.settings import DEFAULT_STORAGE_URL
 
 log = logging.getLogger("chokaq.functions")
 
@@ -33,17 +42,51 @@ DRAIN_ENV_NAMES = ["CHOKAQ_DRAIN_SCHEDULE", "CHOKAQ_DRAIN_SECONDS", "CHOKAQ_DRAI
 
 
 def build_function_app(chokaq_app: ChokaQ | None = None, *,
-                       environ: Mapping[str, str] = os.environ) -> func.AsgiFunctionApp:
-    from functions import api, drain, timers
+                       environ: Mapping[str, str] = os.environ) -> func.FunctionRegister:
+    from functions import api, misconfigured
 
     telemetry.configure("chokaq-functions")
-    app = chokaq_app if chokaq_app is not None else load_app(environ.get("CHOKAQ_APP"))
+    try:
+        app = chokaq_app if chokaq_app is not None else load_configured_app(environ)
+        return _assemble(app, environ)
+    except (ConfigurationError, ValueError) as exc:
+        log.error("chokaq Functions app refused its configuration: %s", exc)
+        try:
+            level = api.auth_level(environ)
+        except ValueError:
+            level = func.AuthLevel.FUNCTION
+        return misconfigured.function_app(str(exc), level)
+
+
+def _assemble(app: ChokaQ, environ: Mapping[str, str]) -> func.FunctionRegister:
+    from functions import api, doorbell, drain, timers, wake
+
     fa = api.asgi_function_app(app, environ)
     fa.register_functions(timers.blueprint(app))
-    schedule = environ.get("CHOKAQ_DRAIN_SCHEDULE")
-    if schedule:
-        if app.handlers:
-            fa.register_functions(drain.blueprint(app, environ))
-        else:
-            log.warning("CHOKAQ_DRAIN_SCHEDULE is set but the app has no handlers (set CHOKAQ_APP): no drain")
+    wanted = {"drain": (environ.get("CHOKAQ_DRAIN_SCHEDULE") or "").strip(),
+              "wake": app.settings.functions.doorbell_queue}
+    slices: drain.Slices | None = None
+    for setting, name, make in (("CHOKAQ_DRAIN_SCHEDULE", "drain", drain.blueprint),
+                                (doorbell.QUEUE_SETTING, "wake", wake.blueprint)):
+        if not wanted[name]:
+            continue
+        if not app.handlers:
+            log.warning("%s is set but the app has no handlers (set CHOKAQ_APP): no %s", setting, name)
+            continue
+        slices = slices or drain.slices_for(app, environ)  # one slice per process for both triggers
+        fa.register_functions(make(slices))
+    doorbell.install(app, environ)  # last: nothing rings for an app that was refused
     return fa
+
+
+def load_configured_app(environ: Mapping[str, str] = os.environ) -> ChokaQ:
+    """The ``CHOKAQ_APP`` app, refused when its database would be the implicit SQLite fallback."""
+    app = load_app(environ.get("CHOKAQ_APP"))
+    url = (app.settings.storage_url or "").strip()
+    if not url or (url == DEFAULT_STORAGE_URL and not (environ.get("CHOKAQ_STORAGE_URL") or "").strip()):
+        app.close()
+        raise ConfigurationError(
+            "CHOKAQ_STORAGE_URL is not set: set it to the chokaq database's SQLAlchemy URL (the Functions "
+            "app does not fall back to a SQLite file inside its package)"
+        )
+    return app

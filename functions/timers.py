@@ -10,7 +10,7 @@ import azure.functions as func
 from chokaq import telemetry
 from chokaq.runtime.app import ChokaQ
 from chokaq.runtime.events import bus
-from chokaq.runtime.sweeper import run_sweep
+from chokaq.runtime.sweeper import sweep_outlasting
 from chokaq.storage.admin import Actor, AdminStore
 
 log = logging.getLogger("chokaq.functions")
@@ -30,7 +30,8 @@ def blueprint(app: ChokaQ) -> func.Blueprint:
         if timer.past_due:
             log.info("sweep timer is past due; sweeping now")
         try:
-            result = run_sweep(app.storage, app.settings)  # its own span and metrics
+            # Waits out a failover (Storage.OutageTolerance) instead of failing this run.
+            result = sweep_outlasting(app.storage, app.settings)  # its own span and metrics
         finally:
             if ours:
                 telemetry.shutdown()  # flush: the instance may be reclaimed before the next export

@@ -162,3 +162,7 @@ def metric_total(name: str, **attrs: object) -> float:
                     if all(point.attributes.get(k) == v for k, v in attrs.items()):
                         total += getattr(point, "value", 0) or getattr(point, "count", 0)
     return total
+
+
+# The loopback fault proxy as a fixture for every test module (tests/faultproxy.py).
+from tests.faultproxy import fault_proxy  # noqa: E402, F401

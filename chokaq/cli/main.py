@@ -131,8 +131,16 @@ def db_upgrade(c: Ctx) -> None:
 
 @db.command("script")
 @click.option("--dialect", type=click.Choice(["mssql", "postgresql", "sqlite"]), required=True)
-def db_script(dialect: str) -> None:
-    """Print the schema DDL as a plain script for a DBA."""
+@click.option("--queries", is_flag=True, help="The hot-path and sweep statements instead of the DDL.")
+def db_script(dialect: str, queries: bool) -> None:
+    """Print the schema DDL (or, with --queries, the statements chokaq runs) as a plain script for a DBA."""
+    if queries:
+        from chokaq.storage.queries import render_queries
+
+        if dialect == "sqlite":
+            raise click.UsageError("--queries is for postgresql and mssql")
+        click.echo(render_queries(dialect), nl=False)
+        return
     from chokaq.storage.migrations import render_script
 
     click.echo(render_script(dialect), nl=False)
@@ -154,7 +162,7 @@ def worker(c: Ctx, queues: str | None, concurrency: int | None, with_sweep: bool
     if not app.handlers:
         raise ConfigurationError("no handlers registered: pass --app pkg.module:app (or set CHOKAQ_APP)")
     telemetry.configure("chokaq-worker")
-    app.storage.ping()
+    # No ping here: the worker waits for a database that is down (a failover) instead of exiting.
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     try:
         app.worker(queues=names, concurrency=concurrency, with_sweep=with_sweep).run()
@@ -252,7 +260,20 @@ def job_show(c: Ctx, job_id: str) -> None:
 @pass_ctx
 @friendly_errors
 def health(c: Ctx) -> None:
-    """Exit 0 when the database answers (container health checks)."""
+    """Exit 0 when healthy (container health checks). With Execution.HealthFile, the worker's own
+    account decides: it rides out a database outage for Storage.OutageTolerance and is unhealthy
+    past it. Without one (or before a worker wrote it): exit 0 when the database answers."""
+    from chokaq.runtime.outage import read_health
+
+    health_file = c.app.settings.execution.health_file
+    if health_file:
+        healthy, reason = read_health(health_file)
+        if not healthy:
+            click.echo(f"error: unhealthy: {reason}", err=True)
+            sys.exit(1)
+        if reason != "no worker health file":
+            click.echo(json.dumps({"status": "ok", "worker": reason}))
+            return
     now = c.app.storage.ping()
     click.echo(json.dumps({"status": "ok", "db_time_utc": now.isoformat()}))
 

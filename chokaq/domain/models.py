@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from chokaq.domain import limits
+from chokaq.domain.keys import check_key
 from chokaq.domain.payload import check_payload_size, check_payload_text, encode_payload, readable
 from chokaq.domain.states import FailureReason, JobStatus, Location
 
@@ -34,6 +35,11 @@ class EnqueueRequest(BaseModel):
     @classmethod
     def _payload_is_json(cls, value: str) -> str:
         return check_payload_text(value)
+
+    @field_validator("type", "queue", "idempotency_key")
+    @classmethod
+    def _keys_have_no_edge_whitespace(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else check_key(str(info.field_name), value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from chokaq.domain.models import SweepResult
 from chokaq.runtime.events import bus
+from chokaq.runtime.outage import Outage, backoff
 from chokaq.settings import ChokaQSettings
 from chokaq.storage import Storage
+from chokaq.storage.engine import is_transient
 from chokaq.telemetry import instruments, tracer
 
 log = logging.getLogger("chokaq.sweep")
@@ -47,11 +50,39 @@ def run_sweep(storage: Storage, settings: ChokaQSettings) -> SweepResult:
     return result
 
 
+def sweep_outlasting(storage: Storage, settings: ChokaQSettings, budget: float | None = None) -> SweepResult:
+    """One sweep that waits out a database outage of up to ``budget`` seconds (default
+    Storage.OutageTolerance) with capped backoff, for callers that run it once (the Functions
+    timer). Every sweep statement is safe to replay: a move that committed unheard has nothing left
+    to move the second time."""
+    limit = settings.storage.outage_tolerance if budget is None else budget
+    outage = Outage(limit)
+    attempt = 0
+    while True:
+        try:
+            result = run_sweep(storage, settings)
+            outage.succeeded()
+            return result
+        except Exception as exc:
+            delay = backoff(attempt)
+            if not is_transient(exc) or outage.down_for + delay > limit:
+                raise
+            attempt += 1
+            outage.failed("sweep", exc, delay)
+            time.sleep(delay)
+
+
 def sweep_forever(storage: Storage, settings: ChokaQSettings, stop: threading.Event) -> None:
-    """Sweep every Recovery.ScanInterval until ``stop``; a failed sweep is logged, never fatal."""
+    """Sweep every Recovery.ScanInterval until ``stop``; a failed sweep is logged, never fatal.
+    While the database is away: one line per try, and the next sweep as soon as it answers again."""
+    outage = Outage(settings.storage.outage_tolerance)
     while not stop.is_set():
         try:
             run_sweep(storage, settings)
-        except Exception:
-            log.exception("ZombieRescue sweep failed")
+            outage.succeeded()
+        except Exception as exc:
+            if is_transient(exc):
+                outage.failed("sweep", exc, settings.recovery.scan_interval)
+            else:
+                log.exception("ZombieRescue sweep failed")
         stop.wait(settings.recovery.scan_interval)

@@ -25,10 +25,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from chokaq.domain.models import JobRecord, Lease
-from chokaq.domain.states import FailureReason
+from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.runtime.app import Handler, JobContext
 from chokaq.runtime.events import bus
+from chokaq.runtime.outage import Outage, backoff
 from chokaq.runtime.policy import decide, describe
+from chokaq.storage.engine import is_transient
 from chokaq.storage.store import Completion
 from chokaq.telemetry import instruments, tracer, tracing_active
 
@@ -111,21 +113,63 @@ class Worker:
         self._stopping = False
         self._stopped = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._db_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chokaq-db")
+        # Enough threads that a heartbeat or an outcome never queues behind fetches and starts
+        # stuck on a hung connection (until its timeout ends it).
+        self._db_pool = ThreadPoolExecutor(max_workers=6, thread_name_prefix="chokaq-db")
         # Plain handlers get their own threads so they can never starve heartbeats or DB calls.
         self._job_pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="chokaq-job")
         self._hb_failures = 0
+        self._fetch_failures = 0
+        self._start_failures = 0
         self._listening = threading.Event()  # LISTEN/NOTIFY is up: idle polls can be rarer
         # Refill the buffer when less than one round of work is left, so a worker does not sit on
         # up to Execution.Prefetch reserved jobs while other workers idle.
         self.lookahead = min(self.prefetch, max(self.batch, self.concurrency))
         self._zombie_retry_types = {h.name for h in app.handlers.values() if h.retry_zombies}
         self.stats = {"fetches": 0, "started": 0, "succeeded": 0, "failed": 0, "retried": 0, "conflicts": 0}
+        self.outage = Outage(self.settings.storage.outage_tolerance, ex.health_file, self.id)
+        # Lost replies (see Storage.ambiguity): claims and starts in flight, the gate that holds new
+        # ones back while the worker reconciles, and whether a reconcile is due.
+        self._moves = 0
+        self._quiet = asyncio.Event()
+        self._stop_ev = asyncio.Event()
+        self._gate = asyncio.Event()
+        self._ambiguous = False
+        self._reconciling = False
+        self._in_start: set[str] = set()
+        # Jobs this worker started and whose fate it leaves to the sweep (a handler thread that
+        # would not stop, an outcome it could not write): a reconcile must never hand them on.
+        # Keyed by id, the attempt they ran at: a later claim of the same job is a new one.
+        self._left: dict[str, int] = {}
+        self._since: datetime | None = None  # database clock at start: older rows are not ours
 
     # ------------------------------------------------------------------ plumbing
     async def _db(self, fn: Callable[..., T], *args: Any) -> T:
         assert self._loop is not None
         return await self._loop.run_in_executor(self._db_pool, functools.partial(fn, *args))
+
+    async def _move(self, fn: Callable[..., T], *args: Any) -> T:
+        """A claim or a start: ownership changes that a lost reply can hide from us. Waits while a
+        reconcile runs, and notes a call that may have committed without our hearing."""
+        await self._gate.wait()
+        self._moves += 1
+
+        def tracked() -> T:
+            try:
+                with self.storage.ambiguity() as seen:
+                    return fn(*args)
+            finally:
+                if seen.ambiguous:
+                    self._ambiguous = True
+
+        try:
+            result = await self._db(tracked)
+        finally:
+            self._moves -= 1
+            if not self._moves:
+                self._quiet.set()
+        self.outage.succeeded()
+        return result
 
     def _conflict(self, transition: str, n: int = 1) -> None:
         if n:
@@ -151,7 +195,7 @@ class Worker:
         if not self._stopping:
             log.info("worker %s stopping: no more fetches", self.id)
         self._stopping = True
-        for event in (self._wake, self._slot, self._buffered, self._room, self._backlog_seen):
+        for event in (self._wake, self._slot, self._buffered, self._room, self._backlog_seen, self._stop_ev):
             event.set()
 
     # ------------------------------------------------------------------ main
@@ -163,6 +207,8 @@ class Worker:
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._begin_stop)
+        self._gate.set()
+        await self._wait_for_database()
         instruments().workers_active.add(1)
         listener = self._start_listener()
         loop = self._loop
@@ -191,6 +237,8 @@ class Worker:
             asyncio.create_task(self._heartbeat_loop(), name="chokaq-heartbeat"),
             asyncio.create_task(self._finalize_loop(), name="chokaq-finalize"),
         ]
+        if self.outage.health_file is not None:
+            helpers.append(asyncio.create_task(self._health_loop(), name="chokaq-health"))
         if self.settings.storage.refresh_statistics and self.storage.dialect == "postgresql":
             helpers.append(asyncio.create_task(self._statistics_loop(), name="chokaq-statistics"))
         try:
@@ -208,7 +256,109 @@ class Worker:
             self._db_pool.shutdown(wait=False)
             self._job_pool.shutdown(wait=False)
             self._stopped.set()
+            self.outage.clear_health()
             log.info("worker %s stopped: %s", self.id, self.stats)
+
+    async def _wait_for_database(self) -> None:
+        """Start-up: wait for the database with capped backoff, one line per try, instead of
+        exiting (a container that starts during a failover). Only a transient error is waited
+        out: a wrong password or URL fails at once."""
+        attempt = 0
+        while not self._stopping:
+            try:
+                self._since = await self._db(self.storage.ping)
+                self.outage.succeeded()
+                self.outage.write_health()
+                return
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                delay = backoff(attempt)
+                self.outage.failed("start-up", exc, delay)
+                attempt += 1
+                await self._sleep(delay)
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, but wake for a stop."""
+        if self._stopping:
+            await asyncio.sleep(0)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop_ev.wait(), seconds)
+
+    async def _probe(self) -> None:
+        """Past the outage budget: one ping, then a backoff wait. A success resumes claiming."""
+        try:
+            await self._db(self.storage.ping)
+            self.outage.succeeded()
+            self._fetch_failures = 0
+        except Exception as exc:
+            delay = backoff(self._fetch_failures)
+            self._fetch_failures += 1
+            self.outage.failed("probe", exc, delay)
+            await self._sleep(delay)
+
+    async def _reconcile(self) -> None:
+        """After a claim or start whose reply may have been lost: find the rows that carry this
+        worker's id but that it does not hold, and settle them, so none is left to become a zombie.
+        A Fetched one joins the prefetch buffer (it is ours to start). A Processing one never ran
+        here (every job this worker started stays in ``running`` until its outcome is recorded):
+        it goes back to Pending with its attempt given back, as if it had never been claimed.
+
+        New claims and starts wait meanwhile, and the ones in flight are let finish first: a row
+        their replies are about to hand us must not be taken for an orphan.
+        """
+        if self._reconciling:
+            await self._gate.wait()  # the other fetcher's reconcile covers this one too
+            return
+        self._reconciling = True
+        self._gate.clear()
+        attempt = 0
+        try:
+            while self._moves:
+                self._quiet.clear()
+                await self._quiet.wait()
+            while True:
+                self._ambiguous = False
+                try:
+                    rows = await self._db(self.storage.owned, self.id, self._since)
+                    held = set(self.running) | {j.id for j in self.buffer} | self._in_start
+                    orphans = [r for r in rows if r.id not in held and self._left.get(r.id) != r.attempt_count]
+                    fetched = [r for r in orphans if r.status == JobStatus.FETCHED]
+                    processing = [r for r in orphans if r.status == JobStatus.PROCESSING]
+                    if fetched and self._stopping:
+                        await self._db(self.storage.release, self.id, [r.lease for r in fetched])
+                    elif fetched:
+                        self.buffer.extend(fetched)
+                        self._buffered.set()
+                    if processing:
+                        await self._db(self.storage.reschedule, self.id, [r.lease for r in processing])
+                    self.outage.succeeded()
+                    if orphans:
+                        log.warning(
+                            "reconciled after a lost reply: %d Fetched job(s) %s, %d never-started Processing "
+                            "job(s) back to Pending (attempt given back)",
+                            len(fetched),
+                            "released" if self._stopping else "adopted",
+                            len(processing),
+                        )
+                    return
+                except Exception as exc:
+                    if self._stopping and self.outage.over_budget():
+                        log.error("stopping without reconciling after a lost reply: the database is still away")
+                        return
+                    delay = backoff(attempt)
+                    attempt += 1
+                    self.outage.failed("reconcile", exc, delay)
+                    await asyncio.sleep(delay)
+        finally:
+            self._reconciling = False
+            self._gate.set()
+
+    async def _health_loop(self) -> None:
+        while True:
+            self.outage.write_health()
+            await asyncio.sleep(5.0)
 
     def _start_listener(self) -> threading.Event | None:
         if not self.settings.storage.listen_notify or self.storage.dialect != "postgresql":
@@ -250,6 +400,11 @@ class Worker:
     async def _fetch_loop(self, *, primary: bool) -> None:
         storage = self.settings.storage
         while not self._stopping:
+            if self._ambiguous:
+                # Here, not right after the claim: the jobs it returned are launched or buffered
+                # first, so the reconcile counts them as held.
+                await self._reconcile()
+                continue
             poll = storage.idle_polling_interval if self._listening.is_set() else storage.polling_interval
             if not primary and not self._backlog:
                 self._backlog_seen.clear()
@@ -274,12 +429,17 @@ class Worker:
                     continue
             if primary:
                 self._wake.clear()
+            if self.outage.over_budget():
+                # Past Storage.OutageTolerance: claim nothing, only probe until the database is back.
+                await self._probe()
+                continue
             if start_now:
                 self._starting += want
             else:
                 self._claiming += want
+            failed: float | None = None
             try:
-                jobs = await self._db(
+                jobs = await self._move(
                     functools.partial(
                         self.storage.fetch,
                         self.id,
@@ -291,8 +451,11 @@ class Worker:
                     )
                 )
                 self.stats["fetches"] += 1
-            except Exception:
-                log.exception("fetch failed; retrying in %.1fs", poll)
+                self._fetch_failures = 0
+            except Exception as exc:
+                failed = backoff(self._fetch_failures, base=poll)
+                self._fetch_failures += 1
+                self.outage.failed("claim", exc, failed)
                 jobs = []
             finally:
                 if start_now:
@@ -303,6 +466,9 @@ class Worker:
                 else:
                     self._claiming -= want
                 self._room.set()  # the other fetcher may have been waiting on this claim's share
+            if failed is not None:
+                await self._sleep(failed)
+                continue
             self._backlog = len(jobs) == want
             if self._backlog:
                 self._backlog_seen.set()
@@ -335,19 +501,26 @@ class Worker:
             batch = [self.buffer.popleft() for _ in range(min(free, len(self.buffer)))]
             self._room.set()
             self._starting += len(batch)
+            ids = {j.id for j in batch}
+            self._in_start |= ids  # held, though neither buffered nor running yet
             try:
                 await self._start_batch(batch)
             finally:
+                self._in_start -= ids
                 self._starting -= len(batch)
                 self._slot.set()  # the other starter may have been waiting on these slots
 
     async def _start_batch(self, batch: list[JobRecord]) -> None:
         try:
-            result = await self._db(self.storage.start, self.id, batch, self._zombie_retry_types)
-        except Exception:
-            log.exception("start failed; returning %d jobs to the buffer", len(batch))
+            result = await self._move(self.storage.start, self.id, batch, self._zombie_retry_types)
+            self._start_failures = 0
+        except Exception as exc:
+            # Back to the buffer: a start that committed unheard is found by the next one.
             self.buffer.extendleft(reversed(batch))
-            await asyncio.sleep(self.settings.storage.polling_interval)
+            delay = backoff(self._start_failures, base=self.settings.storage.polling_interval)
+            self._start_failures += 1
+            self.outage.failed("start", exc, delay)
+            await self._sleep(delay)
             return
         self._conflict("start", len(result.lost))
         self._launch(result.started)
@@ -359,6 +532,11 @@ class Worker:
         # Looked up once per batch: asking OpenTelemetry for its provider is not free.
         traced = tracing_active()
         for rec in started:
+            if rec.id in self.running:
+                # Never a second run of one job here (a reconcile and a replayed start both
+                # handing over the same row would be a bug; this keeps it from running twice).
+                log.error("job %s is already running in this worker; not starting it again", rec.id)
+                continue
             if rec.scheduled_at_utc is not None:
                 ins.queue_lag.record(
                     max(0.0, (now - rec.scheduled_at_utc).total_seconds() * 1000),
@@ -505,63 +683,85 @@ class Worker:
             await self._finalize(batch)
 
     async def _finalize(self, batch: list[Outcome]) -> None:
-        ins = instruments()
+        """Record a batch of outcomes. Each stays in memory, in ``running`` and heartbeated, until
+        the database has it: an outage only delays it (capped backoff, however long), so the sweep
+        never buries work that is done. A replay that finds its own earlier success counts as one
+        (see Storage.complete and friends); only a real conflict or a non-transient error ends it."""
         successes = [o for o in batch if o.kind == "success"]
-        for attempt in range(5):
+        others = [o for o in batch if o.kind != "success"]
+        attempt = 0
+        while successes or others:
             try:
                 if successes:
-                    done = await self._db(
-                        self.storage.complete, self.id, [Completion(o.lease, o.duration_ms) for o in successes]
-                    )
-                    archived: Counter[tuple[str, str]] = Counter()
-                    for o in successes:
-                        if o.record.id in done:
-                            archived[(o.record.queue, o.record.type)] += 1
-                            bus.publish("job.archived", id=o.record.id, queue=o.record.queue, type=o.record.type)
-                    for (queue, type_), n in archived.items():
-                        ins.completed.add(n, {"queue": queue, "type": type_})
-                    self.stats["succeeded"] += len(done)
-                    self._conflict("complete", len(successes) - len(done))
+                    await self._record_successes(successes)
+                    self._done(successes)
                     successes = []
-                break
-            except Exception:
-                log.exception("finalising %d successes failed (try %d)", len(successes), attempt + 1)
-                await asyncio.sleep(0.2 * 2**attempt)
-        for o in batch:
-            if o.kind != "success":
-                await self._finalize_one(o)
-        for o in batch:
+                while others:
+                    await self._finalize_one(others[0])
+                    self._done(others[:1])
+                    others.pop(0)
+                self.outage.succeeded()
+            except Exception as exc:
+                if not is_transient(exc):
+                    # A bug or a refused statement: retrying cannot help. The sweep recovers the job.
+                    failed = successes or others[:1]
+                    log.exception("finalising %d outcome(s) failed; the sweep will recover them", len(failed))
+                    self._done(failed, left=True)
+                    if successes:
+                        successes = []
+                    else:
+                        others.pop(0)
+                    continue
+                delay = backoff(attempt)
+                attempt += 1
+                self.outage.failed("finalise", exc, delay)
+                await asyncio.sleep(delay)
+
+    def _done(self, outcomes: list[Outcome], *, left: bool = False) -> None:
+        for o in outcomes:
             self.running.pop(o.record.id, None)
+            if left or o.kind == "drop":
+                self._left[o.record.id] = o.lease.attempt
         self._slot.set()
+
+    async def _record_successes(self, successes: list[Outcome]) -> None:
+        ins = instruments()
+        done = await self._db(self.storage.complete, self.id, [Completion(o.lease, o.duration_ms) for o in successes])
+        archived: Counter[tuple[str, str]] = Counter()
+        for o in successes:
+            if o.record.id in done:
+                archived[(o.record.queue, o.record.type)] += 1
+                bus.publish("job.archived", id=o.record.id, queue=o.record.queue, type=o.record.type)
+        for (queue, type_), n in archived.items():
+            ins.completed.add(n, {"queue": queue, "type": type_})
+        self.stats["succeeded"] += len(done)
+        self._conflict("complete", len(successes) - len(done))
 
     async def _finalize_one(self, o: Outcome) -> None:
         ins = instruments()
         attrs = {"queue": o.record.queue, "type": o.record.type}
-        try:
-            if o.kind == "fail":
-                assert o.reason is not None
-                ok = await self._db(self.storage.fail, o.lease, o.reason, o.details)
-                if ok:
-                    self.stats["failed"] += 1
-                    ins.dlq.add(1, {**attrs, "reason": o.reason.label})
-                    bus.publish("job.failed", id=o.record.id, queue=o.record.queue, reason=o.reason.label)
-                else:
-                    self._conflict("fail")
-            elif o.kind == "retry":
-                ok = await self._db(self.storage.retry, o.lease, o.delay)
-                if ok:
-                    self.stats["retried"] += 1
-                    ins.retried.add(1, {**attrs, "attempt": o.record.attempt_count})
-                    bus.publish("job.updated", id=o.record.id, queue=o.record.queue, status="Pending")
-                else:
-                    self._conflict("retry")
-            elif o.kind == "reschedule":
-                moved = await self._db(self.storage.reschedule, self.id, [o.lease])
-                if not moved:
-                    self._conflict("reschedule")
-            # "drop": the job was taken from us; nothing to write.
-        except Exception:
-            log.exception("finalising job %s (%s) failed; the sweep will recover it", o.record.id, o.kind)
+        if o.kind == "fail":
+            assert o.reason is not None
+            ok = await self._db(self.storage.fail, o.lease, o.reason, o.details)
+            if ok:
+                self.stats["failed"] += 1
+                ins.dlq.add(1, {**attrs, "reason": o.reason.label})
+                bus.publish("job.failed", id=o.record.id, queue=o.record.queue, reason=o.reason.label)
+            else:
+                self._conflict("fail")
+        elif o.kind == "retry":
+            ok = await self._db(self.storage.retry, o.lease, o.delay)
+            if ok:
+                self.stats["retried"] += 1
+                ins.retried.add(1, {**attrs, "attempt": o.record.attempt_count})
+                bus.publish("job.updated", id=o.record.id, queue=o.record.queue, status="Pending")
+            else:
+                self._conflict("retry")
+        elif o.kind == "reschedule":
+            moved = await self._db(self.storage.reschedule, self.id, [o.lease])
+            if not moved:
+                self._conflict("reschedule")
+        # "drop": the job was taken from us; nothing to write.
 
     # ------------------------------------------------------------------ heartbeat
     async def _heartbeat_loop(self) -> None:
@@ -575,6 +775,7 @@ class Worker:
             try:
                 alive = await self._db(self.storage.heartbeat, self.id, [r.lease for r in runs])
             except Exception as exc:
+                self.outage.failed("heartbeat", exc)
                 self._hb_failures += 1
                 for r in runs:
                     ins.heartbeat_failures.add(1, {"queue": r.record.queue, "type": r.record.type})
@@ -587,7 +788,10 @@ class Worker:
                     log.warning("heartbeat write failed (%d in a row): %s", self._hb_failures, exc)
                 continue
             self._hb_failures = 0
-            lost = [r for r in runs if r.lease.job_id not in alive and r.record.id in self.running]
+            self.outage.succeeded()
+            # Only handlers still running: a finished job's row may be gone because its outcome
+            # committed unheard; the finaliser's replay tells that apart from a real loss.
+            lost = [r for r in runs if r.lease.job_id not in alive and r.record.id in self.executing]
             if lost:
                 self._conflict("heartbeat", len(lost))
                 for r in lost:
@@ -606,7 +810,7 @@ class Worker:
                 try:
                     await self._db(self.storage.refresh_statistics)
                 except Exception as exc:  # an optimisation: never let it stop the worker
-                    log.warning("planner statistics check failed: %s", exc)
+                    self.outage.failed("statistics check", exc)
             await asyncio.sleep(random.uniform(0.8, 1.2) * STATISTICS_CHECK_SECONDS)
 
     def _cancel(self, run: Running, reason: str) -> None:
@@ -635,10 +839,17 @@ class Worker:
                     if r.task in still:
                         self._cancel(r, CANCEL_SHUTDOWN)
                 await asyncio.wait(still, timeout=5.0)
-        # Let every outcome reach the database before the heartbeat stops.
+        # Let every outcome reach the database before the heartbeat stops; during an outage,
+        # for as long as the outage budget allows.
         deadline = time.monotonic() + 30
-        while self.running and time.monotonic() < deadline:
+
+        def riding_out() -> bool:
+            return self.outage.down_since is not None and not self.outage.over_budget()
+
+        while self.running and (time.monotonic() < deadline or riding_out()):
             await asyncio.sleep(0.02)
+        if self._ambiguous:
+            await self._reconcile()
 
 
 class _Rejected(Exception):

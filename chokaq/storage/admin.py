@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, Table, and_, delete, func, insert, literal, or_, select, update
+from sqlalchemy import Connection, Select, Table, and_, delete, func, insert, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain import limits
@@ -19,7 +19,7 @@ from chokaq.domain.models import JobRecord
 from chokaq.domain.states import FailureReason, JobStatus, Location
 from chokaq.storage.records import archive_record, dlq_record, hot_record
 from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot
-from chokaq.storage.sqlfuncs import row_lock, utc_offset, utcnow
+from chokaq.storage.sqlfuncs import row_lock, seconds, utc_offset, utcnow
 from chokaq.storage.store import PENDING, Storage, status_is
 
 # Sort keys a client may name, per table. Anything else is refused before SQL is built.
@@ -155,7 +155,7 @@ class AdminStore:
     ) -> tuple[list[dict[str, Any]], int]:
         conds: list[ColumnElement[bool]] = []
         if job_id:
-            conds.append(audit_log.c.JobIds.contains(json.dumps(job_id), autoescape=True))
+            conds.append(contains(audit_log.c.JobIds, json.dumps(job_id)))
         if actor:
             conds.append(audit_log.c.Actor == actor)
 
@@ -199,7 +199,7 @@ class AdminStore:
         if f.failure_reason is not None and location is Location.DLQ:
             conds.append(t.c.FailureReason == int(f.failure_reason))
         if f.tag:
-            conds.append(t.c.Tags.contains(f.tag, autoescape=True))
+            conds.append(contains(t.c.Tags, f.tag))
         ts = t.c[TIME_COLUMN[location]]
         if f.from_utc:
             conds.append(ts >= f.from_utc)
@@ -209,7 +209,7 @@ class AdminStore:
             fields = [t.c.Id, t.c.Type, t.c.Tags]
             if location is Location.DLQ:
                 fields.append(t.c.ErrorDetails)
-            conds.append(or_(*(col.icontains(f.search, autoescape=True) for col in fields)))
+            conds.append(or_(*(contains(col, f.search, ignore_case=True) for col in fields)))
         return conds
 
     def list_jobs(
@@ -277,7 +277,7 @@ class AdminStore:
         def work(c: Connection) -> dict[str, dict[str, int]]:
             out: dict[str, dict[str, int]] = {}
             for m in minutes:
-                since = utc_offset(literal(-60.0 * m))
+                since = utc_offset(seconds(-60.0 * m))
                 done = c.execute(
                     select(func.count()).select_from(jobs_archive).where(jobs_archive.c.FinishedAtUtc >= since)
                 ).scalar_one()
@@ -558,20 +558,12 @@ class AdminStore:
         while True:
 
             def work(c: Connection) -> int:
-                chosen = [
-                    r[0]
-                    for r in c.execute(
-                        select(jobs_archive.c.Id)
-                        .where(jobs_archive.c.FinishedAtUtc < older_than)
-                        .order_by(jobs_archive.c.FinishedAtUtc)
-                        .limit(size)
-                    ).all()
-                ]
-                if not chosen:
-                    return 0
-                res = c.execute(
-                    delete(jobs_archive).where(jobs_archive.c.Id.in_(chosen), jobs_archive.c.FinishedAtUtc < older_than)
-                )
+                # One statement with two parameters, whatever the batch size: binding the chosen
+                # ids one parameter each broke SQL Server's 2,100-parameter limit (error 8003).
+                # The oldest ``size`` rows, by the IX_JobsArchive_FinishedAt index.
+                old = jobs_archive.c.FinishedAtUtc < older_than
+                oldest = select(jobs_archive.c.Id).where(old).order_by(jobs_archive.c.FinishedAtUtc).limit(size)
+                res = c.execute(delete(jobs_archive).where(jobs_archive.c.Id.in_(oldest), old))
                 n = int(res.rowcount or 0)
                 if n:
                     self.audit(
@@ -600,6 +592,18 @@ class AdminStore:
             return info
 
         return self.s.write(work, op="queue_update")
+
+
+def contains(col: ColumnElement[Any], needle: str, *, ignore_case: bool = False) -> ColumnElement[bool]:
+    """``col`` contains ``needle`` (LIKE, wildcards in ``needle`` escaped), the pattern built here.
+
+    Built in SQL (``'%' + ? + '%'``, ``lower(?)``) the parameter would be an operand SQL Server
+    has to guess the type of (see sqlfuncs.seconds).
+    """
+    escaped = needle.replace("/", "//").replace("%", "/%").replace("_", "/_")
+    if ignore_case:
+        return func.lower(col).like(f"%{escaped.lower()}%", escape="/")
+    return col.like(f"%{escaped}%", escape="/")
 
 
 def _filter_json(f: JobFilter | None) -> dict[str, Any] | None:

@@ -49,9 +49,19 @@ def _v2_drop_worker_index(conn: Connection) -> None:
     conn.execute(DropIndex(Index("IX_JobsHot_Worker", old.c.WorkerId, old.c.Status), if_exists=True))
 
 
+def _v3_unicode_keys(conn: Connection) -> None:
+    # SQL Server only: NVARCHAR user text, binary-collation keys, sequential-key primary keys.
+    # PostgreSQL and SQLite already store Unicode and compare text exactly.
+    if conn.dialect.name == "mssql":
+        from chokaq.storage.mssql_keys_migration import upgrade_keys_and_text
+
+        upgrade_keys_and_text(conn)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial", _v1_initial),
     (2, "drop IX_JobsHot_Worker", _v2_drop_worker_index),
+    (3, "SQL Server: NVARCHAR text, binary-collation keys", _v3_unicode_keys),
 ]
 
 
@@ -76,18 +86,34 @@ def _lock(conn: Connection) -> None:
 
 def upgrade(engine: Engine) -> list[int]:
     """Apply pending migrations. Returns the versions applied by this call (empty if current)."""
-    applied: list[int] = []
     with engine.begin() as conn:
-        _lock(conn)
-        done: set[int] = set()
-        if inspect(conn).has_table(schema_migrations.name, schema=None if conn.dialect.name == "sqlite" else SCHEMA):
-            done = {int(v) for v in conn.execute(select(schema_migrations.c.Version)).scalars()}
-        for version, name, step in MIGRATIONS:
-            if version in done:
-                continue
-            step(conn)
-            conn.execute(insert(schema_migrations).values(Version=version, Name=name, AppliedAtUtc=utcnow()))
-            applied.append(version)
+        if conn.dialect.name == "postgresql":
+            # Storage.StatementTimeout is for the worker's statements; a migration (or a wait for
+            # another process's migration lock) may rightly take longer. LOCAL: back at commit.
+            conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
+        if conn.dialect.name != "mssql":
+            return _upgrade(conn)
+        from chokaq.storage.engine import mssql_without_timeouts
+        from chokaq.storage.mssql_requirements import check_sql_server
+
+        check_sql_server(conn)
+        with mssql_without_timeouts(conn):
+            return _upgrade(conn)
+
+
+def _upgrade(conn: Connection) -> list[int]:
+    # Inside the caller's transaction; the lock is held until it commits.
+    applied: list[int] = []
+    _lock(conn)
+    done: set[int] = set()
+    if inspect(conn).has_table(schema_migrations.name, schema=None if conn.dialect.name == "sqlite" else SCHEMA):
+        done = {int(v) for v in conn.execute(select(schema_migrations.c.Version)).scalars()}
+    for version, name, step in MIGRATIONS:
+        if version in done:
+            continue
+        step(conn)
+        conn.execute(insert(schema_migrations).values(Version=version, Name=name, AppliedAtUtc=utcnow()))
+        applied.append(version)
     return applied
 
 
@@ -119,6 +145,12 @@ def render_script(dialect_name: str) -> str:
         "-- made by an earlier version of this script."
     ]
     if dialect_name == "mssql":
+        # ODBC sqlcmd starts with QUOTED_IDENTIFIER OFF, and filtered indexes refuse to be created
+        # without these (Msg 1934). They hold for the session, so once at the top is enough.
+        parts.append(
+            "SET ANSI_NULLS ON;\nSET ANSI_PADDING ON;\nSET ANSI_WARNINGS ON;\nSET ARITHABORT ON;\n"
+            "SET CONCAT_NULL_YIELDS_NULL ON;\nSET NUMERIC_ROUNDABORT OFF;\nSET QUOTED_IDENTIFIER ON;"
+        )
         parts.append(f"IF SCHEMA_ID('{SCHEMA}') IS NULL EXEC('CREATE SCHEMA [{SCHEMA}]')")
     elif dialect_name == "postgresql":
         parts.append(str(CreateSchema(SCHEMA, if_not_exists=True).compile(dialect=dialect)).strip())

@@ -19,17 +19,29 @@ def listen(url: str, on_notify: Callable[[], None], stop: threading.Event, liste
     listener only costs latency."""
     import psycopg  # lazy: the PostgreSQL driver is optional
 
+    from chokaq.runtime.outage import backoff
+
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    failures = 0
     while not stop.is_set():
         try:
-            with psycopg.connect(dsn, autocommit=True) as conn:
+            # Keepalives end a connection whose server vanished; LISTEN sends nothing otherwise.
+            with psycopg.connect(
+                dsn, autocommit=True, connect_timeout=10, keepalives=1, keepalives_idle=5, keepalives_interval=2,
+                keepalives_count=3,
+            ) as conn:
                 conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                 listening.set()
+                failures = 0
                 on_notify()  # anything enqueued while we were not listening
                 while not stop.is_set():
                     for _ in conn.notifies(timeout=0.5):
                         on_notify()
         except Exception as exc:
             listening.clear()
-            log.warning("LISTEN connection lost (%s); reconnecting in 1s", exc)
-            stop.wait(1.0)
+            # Capped backoff, one line per try: polling carries on meanwhile.
+            delay = backoff(failures, base=0.5)
+            failures += 1
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            log.warning("LISTEN connection lost (%s); reconnecting in %.1fs", reason, delay)
+            stop.wait(delay)

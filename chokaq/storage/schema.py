@@ -7,6 +7,10 @@ Differences from the original, on purpose:
   idempotent and asked for its zombies to be retried instead of dead-lettered. The sweep reads
   it, so the policy holds whichever process runs the sweep.
 - ``AuditLog`` persists every operator action (the original only logs).
+- SQL Server: text users supply is NVARCHAR, and keys (ids, queue, type, idempotency key, worker
+  id) compare under a binary collation, case- and accent-sensitive as PostgreSQL compares them.
+  The ULID-keyed tables append to their clustered keys, so those keys ask SQL Server 2019+ for
+  ``OPTIMIZE_FOR_SEQUENTIAL_KEY``.
 """
 
 from __future__ import annotations
@@ -21,14 +25,17 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
+    Unicode,
     UnicodeText,
     false,
     text,
     true,
 )
 from sqlalchemy.dialects import mssql
+from sqlalchemy.ext.compiler import compiles
 
 from chokaq.domain import limits
 
@@ -42,14 +49,72 @@ LongText = UnicodeText().with_variant(mssql.NVARCHAR(None), "mssql")
 UtcTime = DateTime().with_variant(mssql.DATETIME2(precision=7), "mssql")  # type: ignore[no-untyped-call]
 Flag = Boolean().with_variant(mssql.BIT(), "mssql")
 
+# Binary code-point comparison: "abc" and "ABC" are two keys, as in PostgreSQL. (SQL Server still
+# ignores trailing spaces in comparisons, so the domain refuses keys with edge whitespace.)
+KEY_COLLATION = "Latin1_General_100_BIN2"
+# Tables whose clustered key is appended to (ULIDs, an identity).
+SEQUENTIAL_KEY = "chokaq_sequential_key"
+
+
+class MssqlKey(mssql.NVARCHAR):
+    """NVARCHAR(n) declared with :data:`KEY_COLLATION` in a column definition. Only there: the
+    statements cast JSON values to the column's type, and ``CAST(x AS NVARCHAR(n) COLLATE ...)`` is
+    not valid T-SQL (the cast result takes the column's collation when compared anyway)."""
+
+
+class MssqlAsciiKey(mssql.VARCHAR):
+    """VARCHAR(n) with :data:`KEY_COLLATION` for keys chokaq generates (ULIDs: ASCII)."""
+
+
+def _with_collation(rendered: str, kw: dict[str, Any]) -> str:
+    return f"{rendered} COLLATE {KEY_COLLATION}" if isinstance(kw.get("type_expression"), Column) else rendered
+
+
+@compiles(MssqlKey, "mssql")
+def _compile_key(type_: MssqlKey, compiler: Any, **kw: Any) -> str:
+    return _with_collation(compiler.visit_NVARCHAR(type_, **kw), kw)
+
+
+@compiles(MssqlAsciiKey, "mssql")
+def _compile_ascii_key(type_: MssqlAsciiKey, compiler: Any, **kw: Any) -> str:
+    return _with_collation(compiler.visit_VARCHAR(type_, **kw), kw)
+
+
+def Key(length: int) -> Any:
+    """A key users supply (queue, type, idempotency key, worker id)."""
+    return String(length).with_variant(MssqlKey(length), "mssql")
+
+
+def IdKey(length: int) -> Any:
+    return String(length).with_variant(MssqlAsciiKey(length), "mssql")
+
+
+def sequential_key_supported(dialect: Any) -> bool:
+    """OPTIMIZE_FOR_SEQUENTIAL_KEY exists from SQL Server 2019 (15.x) and on Azure SQL, which reports
+    12.x. 2016/2017 (13.x, 14.x) lack it; the scripts (no server known) carry it."""
+    version = getattr(dialect, "server_version_info", None)
+    return not version or not (13 <= version[0] < 15)
+
+
+@compiles(PrimaryKeyConstraint, "mssql")
+def _compile_primary_key(constraint: PrimaryKeyConstraint, compiler: Any, **kw: Any) -> str:
+    text_ = str(compiler.visit_primary_key_constraint(constraint, **kw))
+    table = constraint.table
+    if not text_ or not table.info.get(SEQUENTIAL_KEY):
+        return text_
+    text_ = text_.replace("PRIMARY KEY (", "PRIMARY KEY CLUSTERED (", 1)
+    if sequential_key_supported(compiler.dialect):
+        text_ += " WITH (OPTIMIZE_FOR_SEQUENTIAL_KEY = ON)"
+    return text_
+
 
 def _job_columns() -> list[Column[Any]]:
     return [
-        Column("Id", String(limits.MAX_JOB_ID_LEN), primary_key=True),
-        Column("Queue", String(limits.MAX_QUEUE_LEN), nullable=False),
-        Column("Type", String(limits.MAX_TYPE_LEN), nullable=False),
+        Column("Id", IdKey(limits.MAX_JOB_ID_LEN), primary_key=True),
+        Column("Queue", Key(limits.MAX_QUEUE_LEN), nullable=False),
+        Column("Type", Key(limits.MAX_TYPE_LEN), nullable=False),
         Column("Payload", LongText, nullable=False),
-        Column("Tags", String(limits.MAX_TAGS_LEN)),
+        Column("Tags", Unicode(limits.MAX_TAGS_LEN)),
     ]
 
 
@@ -57,19 +122,20 @@ jobs_hot = Table(
     "JobsHot",
     metadata,
     *_job_columns(),
-    Column("IdempotencyKey", String(limits.MAX_IDEMPOTENCY_KEY_LEN)),
+    Column("IdempotencyKey", Key(limits.MAX_IDEMPOTENCY_KEY_LEN)),
     Column("Priority", Integer, nullable=False, server_default=text("10")),
     Column("Status", Integer, nullable=False, server_default=text("0")),
     Column("AttemptCount", Integer, nullable=False, server_default=text("0")),
-    Column("WorkerId", String(limits.MAX_WORKER_ID_LEN)),
+    Column("WorkerId", Key(limits.MAX_WORKER_ID_LEN)),
     Column("HeartbeatUtc", UtcTime),
     Column("ScheduledAtUtc", UtcTime, nullable=False),
     Column("CreatedAtUtc", UtcTime, nullable=False),
     Column("StartedAtUtc", UtcTime),
     Column("LastUpdatedUtc", UtcTime, nullable=False),
-    Column("CreatedBy", String(limits.MAX_ACTOR_LEN)),
-    Column("LastModifiedBy", String(limits.MAX_ACTOR_LEN)),
+    Column("CreatedBy", Unicode(limits.MAX_ACTOR_LEN)),
+    Column("LastModifiedBy", Unicode(limits.MAX_ACTOR_LEN)),
     Column("ZombieRetry", Flag, nullable=False, server_default=false()),
+    info={SEQUENTIAL_KEY: True},
 )
 
 Index(
@@ -123,13 +189,14 @@ jobs_archive = Table(
     metadata,
     *_job_columns(),
     Column("AttemptCount", Integer, nullable=False),
-    Column("WorkerId", String(limits.MAX_WORKER_ID_LEN)),
-    Column("CreatedBy", String(limits.MAX_ACTOR_LEN)),
-    Column("LastModifiedBy", String(limits.MAX_ACTOR_LEN)),
+    Column("WorkerId", Key(limits.MAX_WORKER_ID_LEN)),
+    Column("CreatedBy", Unicode(limits.MAX_ACTOR_LEN)),
+    Column("LastModifiedBy", Unicode(limits.MAX_ACTOR_LEN)),
     Column("CreatedAtUtc", UtcTime, nullable=False),
     Column("StartedAtUtc", UtcTime),
     Column("FinishedAtUtc", UtcTime, nullable=False),
     Column("DurationMs", BigInteger),
+    info={SEQUENTIAL_KEY: True},
 )
 Index("IX_JobsArchive_FinishedAt", jobs_archive.c.FinishedAtUtc)
 Index("IX_JobsArchive_QueueFinished", jobs_archive.c.Queue, jobs_archive.c.FinishedAtUtc)
@@ -141,14 +208,15 @@ jobs_dlq = Table(
     Column("FailureReason", Integer, nullable=False),
     Column("ErrorDetails", LongText),
     Column("AttemptCount", Integer, nullable=False),
-    Column("WorkerId", String(limits.MAX_WORKER_ID_LEN)),
-    Column("CreatedBy", String(limits.MAX_ACTOR_LEN)),
-    Column("LastModifiedBy", String(limits.MAX_ACTOR_LEN)),
+    Column("WorkerId", Key(limits.MAX_WORKER_ID_LEN)),
+    Column("CreatedBy", Unicode(limits.MAX_ACTOR_LEN)),
+    Column("LastModifiedBy", Unicode(limits.MAX_ACTOR_LEN)),
     Column("CreatedAtUtc", UtcTime, nullable=False),
     Column("FailedAtUtc", UtcTime, nullable=False),
     # The last heartbeat seen: the inspector shows it beside a zombie's failure time.
     Column("HeartbeatUtc", UtcTime),
     Column("StartedAtUtc", UtcTime),
+    info={SEQUENTIAL_KEY: True},
 )
 Index("IX_JobsDLQ_FailedAt", jobs_dlq.c.FailedAtUtc, jobs_dlq.c.Id)
 # Id last: filtered DLQ pages sort by (FailedAtUtc, Id) and read this index in order.
@@ -158,7 +226,7 @@ Index("IX_JobsDLQ_Type", jobs_dlq.c.Type, jobs_dlq.c.FailedAtUtc)
 queues = Table(
     "Queues",
     metadata,
-    Column("Name", String(limits.MAX_QUEUE_LEN), primary_key=True),
+    Column("Name", Key(limits.MAX_QUEUE_LEN), primary_key=True),
     Column("IsPaused", Flag, nullable=False, server_default=false()),
     Column("IsActive", Flag, nullable=False, server_default=true()),
     Column("ZombieTimeoutSeconds", Integer),
@@ -169,7 +237,7 @@ queues = Table(
 stats_summary = Table(
     "StatsSummary",
     metadata,
-    Column("Queue", String(limits.MAX_QUEUE_LEN), primary_key=True),
+    Column("Queue", Key(limits.MAX_QUEUE_LEN), primary_key=True),
     Column("SucceededTotal", BigInteger, nullable=False, server_default=text("0")),
     Column("FailedTotal", BigInteger, nullable=False, server_default=text("0")),
     Column("RetriedTotal", BigInteger, nullable=False, server_default=text("0")),
@@ -189,12 +257,13 @@ audit_log = Table(
     metadata,
     Column("Id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
     Column("AtUtc", UtcTime, nullable=False),
-    Column("Actor", String(limits.MAX_ACTOR_LEN), nullable=False),
+    Column("Actor", Unicode(limits.MAX_ACTOR_LEN), nullable=False),
     Column("Role", String(20), nullable=False),
     Column("Action", String(50), nullable=False),
     Column("JobIds", LongText),
     Column("JobCount", Integer, nullable=False, server_default=text("0")),
     Column("Details", LongText),
+    info={SEQUENTIAL_KEY: True},
 )
 Index("IX_AuditLog_AtUtc", audit_log.c.AtUtc)
 Index("IX_AuditLog_Actor", audit_log.c.Actor, audit_log.c.AtUtc)

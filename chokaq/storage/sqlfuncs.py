@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Select, UnicodeText
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, Select, UnicodeText, bindparam, cast
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
@@ -50,8 +51,24 @@ def _utcnow_sqlite(element: utcnow, compiler: Any, **kw: Any) -> str:
     return f"strftime('{SQLITE_TS_FORMAT}', 'now')"
 
 
+def seconds(value: float | None = None, *, name: str | None = None) -> ColumnElement[Any]:
+    """A number of seconds bound from Python, as ``CAST(? AS FLOAT)``.
+
+    The cast gives the parameter a declared type wherever it lands (arithmetic, FLOOR, COALESCE).
+    SQL Server cannot describe a bare ``?`` in an expression of untyped operands: with
+    fast_executemany pyodbc then falls back to VARCHAR(255) for every parameter of the statement.
+    ``name``: a named parameter for executemany rows (``value`` then comes per row).
+    """
+    if name is not None:
+        return cast(bindparam(name, type_=Float()), Float())
+    return cast(bindparam(None, float(value or 0.0), type_=Float()), Float())
+
+
 class utc_offset(FunctionElement[Any]):
-    """``utcnow() + seconds`` where ``seconds`` may be a column expression (per-queue timeouts)."""
+    """``utcnow() + seconds`` where ``seconds`` may be a column expression (per-queue timeouts).
+
+    Python numbers go in through :func:`seconds`, never as a bare bind parameter.
+    """
 
     type = DateTime()
     inherit_cache = True
@@ -161,8 +178,10 @@ def _in_list_pg(element: in_list, compiler: Any, **kw: Any) -> str:
 def _in_list_mssql(element: in_list, compiler: Any, **kw: Any) -> str:
     col, param, column = _pair(element, compiler, **kw)
     # OPENJSON yields NVARCHAR(MAX); cast to the column's own type or the seek becomes a scan.
-    sqltype = compiler.dialect.type_compiler_instance.process(column.type)
-    return f"{col} IN (SELECT CAST([value] AS {sqltype}) FROM OPENJSON({param}))"
+    # CAST takes no COLLATE: the column's own collation decides the comparison.
+    sqltype = re.sub(r"\s+COLLATE\s+\S+", "", compiler.dialect.type_compiler_instance.process(column.type))
+    # The parameter is cast too: OPENJSON(?) alone leaves its type for the server to guess.
+    return f"{col} IN (SELECT CAST([value] AS {sqltype}) FROM OPENJSON(CAST({param} AS NVARCHAR(max))))"
 
 
 @compiles(in_list, "sqlite")
@@ -199,7 +218,7 @@ def _lookup_pg(element: lookup_int, compiler: Any, **kw: Any) -> str:
 @compiles(lookup_int, "mssql")
 def _lookup_mssql(element: lookup_int, compiler: Any, **kw: Any) -> str:
     key, param, _ = _pair(element, compiler, **kw)
-    return f"CAST(JSON_VALUE({param}, CONCAT('$.\"', {key}, '\"')) AS BIGINT)"
+    return f"CAST(JSON_VALUE(CAST({param} AS NVARCHAR(max)), CONCAT('$.\"', {key}, '\"')) AS BIGINT)"
 
 
 @compiles(lookup_int, "sqlite")

@@ -2,50 +2,71 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import random
+import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import (
+    BigInteger,
     Connection,
     Engine,
+    String,
     Table,
     UnicodeText,
     and_,
     bindparam,
     case,
+    cast,
+    column,
     delete,
+    event,
     exists,
     false,
     func,
     insert,
-    literal,
     literal_column,
+    null,
     or_,
     select,
     text,
     true,
+    union_all,
     update,
 )
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.expression import table as sql_table
 from ulid import ULID
 
+from chokaq.domain.keys import check_key
 from chokaq.domain.models import EnqueueRequest, JobRecord, Lease, QueueInfo, QueueStats, SweepResult
 from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.settings import StorageSettings
 from chokaq.storage.engine import build_engine, is_transient
 from chokaq.storage.lookup import get_job_statement, record_from_union
+from chokaq.storage.mssql_shapes import CteUpdate, MoveBatch, lease_rowset
 from chokaq.storage.records import hot_record
 from chokaq.storage.schema import SCHEMA, jobs_archive, jobs_dlq, jobs_hot, queues, stats_summary
-from chokaq.storage.sqlfuncs import ListParam, claim_lock, in_list, lookup_int, row_lock, utc_offset, utcnow
+from chokaq.storage.sqlfuncs import (
+    MSSQL_CLAIM_HINT,
+    ListParam,
+    claim_lock,
+    in_list,
+    lookup_int,
+    row_lock,
+    seconds,
+    utc_offset,
+    utcnow,
+)
 
 log = logging.getLogger("chokaq.storage")
 T = TypeVar("T")
@@ -71,24 +92,27 @@ def status_in(column: ColumnElement[Any], *statuses: int) -> ColumnElement[bool]
     return column.in_([literal_column(str(int(s))) for s in statuses])
 
 
-def _zombie_retry_flag(zombie_retry: bool) -> Any:
+def _zombie_retry_flag(zombie_retry: bool, cols: Any = jobs_hot.c) -> Any:
     """ZombieRetry as stamped at start: true for the job types whose handlers asked for it."""
     if not zombie_retry:
         return false()
-    hot = jobs_hot.c
-    return case((in_list(hot.Type, bindparam("zombie_types", type_=ListParam(hot.Type.type))), true()), else_=false())
+    types = bindparam("zombie_types", type_=ListParam(jobs_hot.c.Type.type))
+    return case((in_list(cols.Type, types), true()), else_=false())
 
 
-def _started_values(zombie_retry: bool) -> dict[str, Any]:
-    """Fetched -> Processing, or Pending -> Processing for a claim that starts at once."""
-    hot = jobs_hot.c
+def _started_values(zombie_retry: bool, cols: Any = jobs_hot.c) -> dict[str, Any]:
+    """Fetched -> Processing, or Pending -> Processing for a claim that starts at once.
+
+    ``cols``: the columns the expressions read (SQL Server's claim updates a CTE, not the table).
+    """
     return {
-        "Status": PROCESSING,
-        "AttemptCount": hot.AttemptCount + 1,
+        "Status": literal_column(str(PROCESSING)),
+        # A literal 1: a bind parameter in arithmetic is one SQL Server must guess the type of.
+        "AttemptCount": cols.AttemptCount + literal_column("1"),
         "StartedAtUtc": utcnow(),
         "HeartbeatUtc": utcnow(),
         "LastUpdatedUtc": utcnow(),
-        "ZombieRetry": _zombie_retry_flag(zombie_retry),
+        "ZombieRetry": _zombie_retry_flag(zombie_retry, cols),
     }
 
 
@@ -134,13 +158,80 @@ def _claim_statement(by_queue: bool, limited: bool, limit: int, start: bool = Fa
     return update(jobs_hot).where(jobs_hot.c.Id.in_(select(chosen.c.Id))).values(values).returning(*jobs_hot.c)
 
 
+@functools.lru_cache(maxsize=256)
+def _mssql_claim_statement(
+    queue_count: int, limited: bool, limit: int, start: bool = False, zombie_retry: bool = False
+) -> CteUpdate:
+    """SQL Server's claim: ``WITH c AS (SELECT TOP (n) ... WITH (UPDLOCK, READPAST, ROWLOCK)) UPDATE c``.
+
+    The rows are locked once, by the read that chose them, through the index it walked; an UPDATE
+    of a second JobsHot reference would take its own key locks, and claimers reading different
+    indexes (by queue, all queues) could then deadlock on each other's rows.
+
+    ``queue_count`` > 1 (``--queues a,b``): one TOP (n) per queue, each walking IX_JobsHot_Fetch
+    (Queue, Priority DESC, ScheduledAtUtc, CreatedAtUtc) in order, then TOP (n) over their union.
+    ``Queue IN (a, b)`` cannot be read in that order: SQL Server would sort, and lock, every due
+    row of those queues. Queues are bound one parameter each (``claim_queue_<i>``).
+    """
+    hot = jobs_hot.c
+    blocked = queues.c.IsPaused == true()
+    if not limited:
+        blocked = or_(blocked, queues.c.MaxWorkers.isnot(None))
+    order = (hot.Priority.desc(), hot.ScheduledAtUtc, hot.CreatedAtUtc)
+
+    def due(*extra: ColumnElement[bool]) -> list[ColumnElement[bool]]:
+        return [
+            status_is(hot.Status, PENDING),
+            hot.ScheduledAtUtc <= utcnow(),
+            ~in_list(hot.Id, bindparam("claim_skip", type_=ListParam(hot.Id.type))),
+            *extra,
+            hot.Queue.not_in(select(queues.c.Name).where(blocked)),
+        ]
+
+    def queue(i: int) -> ColumnElement[bool]:
+        return hot.Queue == bindparam(f"claim_queue_{i}", type_=hot.Queue.type)
+
+    cte = sql_table("c", *(column(col.name, col.type) for col in jobs_hot.c))
+    values: dict[str, Any] = {
+        "Status": literal_column(str(FETCHED)),
+        "WorkerId": bindparam("claim_worker", type_=hot.WorkerId.type),
+        "LastUpdatedUtc": utcnow(),
+    }
+    if start:
+        values.update(_started_values(zombie_retry, cte.c))
+    outputs = [col.name for col in jobs_hot.c]
+    if queue_count <= 1:
+        chosen = select(*jobs_hot.c).where(*due(*([queue(0)] if queue_count else [])))
+        chosen = chosen.order_by(*order).limit(limit).with_hint(jobs_hot, MSSQL_CLAIM_HINT, "mssql")
+        return CteUpdate(chosen, values, outputs)
+    branches = []
+    for i in range(queue_count):
+        branch = (
+            select(hot.Id, hot.Priority, hot.ScheduledAtUtc, hot.CreatedAtUtc)
+            .where(*due(queue(i)))
+            .order_by(*order)
+            .limit(limit)
+            .with_hint(jobs_hot, MSSQL_CLAIM_HINT, "mssql")
+            .subquery(f"q{i}")
+        )
+        branches.append(select(*branch.c))
+    every = union_all(*branches).subquery("u")
+    pick = select(every.c.Id).order_by(every.c.Priority.desc(), every.c.ScheduledAtUtc, every.c.CreatedAtUtc)
+    picked = sql_table("pick", column("Id", jobs_hot.c.Id.type))
+    # The branches hold the U locks (READPAST skipped rows other claimers hold); c re-reads the
+    # picked rows by primary key.
+    chosen = select(*jobs_hot.c).where(hot.Id.in_(select(picked.c.Id)))
+    return CteUpdate(chosen, values, outputs, pick=pick.limit(limit))
+
+
 @functools.lru_cache(maxsize=8)
 def _bump_statement(column: str) -> Any:
     col = stats_summary.c[column]
+    delta = cast(bindparam("stats_delta", type_=BigInteger()), BigInteger())
     return (
         update(stats_summary)
         .where(stats_summary.c.Queue == bindparam("stats_queue"))
-        .values({col: col + bindparam("stats_delta", type_=col.type), stats_summary.c.LastActivityUtc: utcnow()})
+        .values({col: col + delta, stats_summary.c.LastActivityUtc: utcnow()})
     )
 
 
@@ -151,16 +242,24 @@ def _fence(groups: int, status: int) -> ColumnElement[bool]:
 
     Bound by :func:`fence_params`. Leases are grouped by attempt number, so there is one
     statement per count of distinct attempts (nearly always one), not one per batch size.
+    ``groups == 0`` is SQL Server's form: a join with one ``OPENJSON ... WITH (Id, Attempt)``
+    rowset of all the leases, a primary-key seek per lease (an OR of IN-groups may be a scan).
     """
-    if groups < 1:
+    if groups < 0:
         raise ValueError("a fence needs at least one lease")
     hot = jobs_hot.c
-    return and_(
-        # "Status + 0", not "Status = n": the rows are found by primary key. A plain predicate
-        # would let the planner scan a whole partial index (every Fetched or Processing job of
-        # every worker) for a few ids whenever its statistics underestimate that index.
+    # "Status + 0", not "Status = n": the rows are found by primary key. A plain predicate
+    # would let the planner scan a whole partial index (every Fetched or Processing job of
+    # every worker) for a few ids whenever its statistics underestimate that index.
+    owned = and_(
         (hot.Status + literal_column("0")) == literal_column(str(int(status))),
         hot.WorkerId == bindparam("fence_worker", type_=hot.WorkerId.type),
+    )
+    if groups == 0:
+        lease = lease_rowset(hot.Id)
+        return and_(hot.Id == lease.c.Id, hot.AttemptCount == lease.c.Attempt, owned)
+    return and_(
+        owned,
         or_(
             *(
                 and_(
@@ -173,14 +272,19 @@ def _fence(groups: int, status: int) -> ColumnElement[bool]:
     )
 
 
-def fence_params(worker_id: str, leases: Iterable[Lease]) -> tuple[int, dict[str, Any]]:
-    """``(groups, parameters)`` for :func:`_fence`."""
+def fence_params(worker_id: str, leases: Iterable[Lease], dialect: str = "") -> tuple[int, dict[str, Any]]:
+    """``(groups, parameters)`` for :func:`_fence` (``groups == 0``: SQL Server's lease rowset)."""
     by_attempt: dict[int, list[str]] = defaultdict(list)
     for lease in leases:
         if lease.worker_id != worker_id:
             raise ValueError("all leases in one move must belong to one worker")
         by_attempt[lease.attempt].append(lease.job_id)
     params: dict[str, Any] = {"fence_worker": worker_id}
+    if dialect == "mssql":
+        # One pair per job (a job named twice would be copied twice by a join).
+        pairs = {job_id: attempt for attempt, ids in by_attempt.items() for job_id in ids}
+        params["fence_leases"] = json.dumps([[job_id, attempt] for job_id, attempt in pairs.items()])
+        return 0, params
     for i, (attempt, ids) in enumerate(by_attempt.items()):
         params[f"fence_attempt_{i}"] = attempt
         params[f"fence_ids_{i}"] = ids
@@ -195,15 +299,16 @@ class MoveStatements:
     """One move between tables, as :meth:`Storage.move` runs it.
 
     ``copy`` and ``remove`` are two statements run in one transaction with the counter bumped
-    after them: the portable form, for SQLite and SQL Server. ``single`` is the same move and its
-    counter as one PostgreSQL statement (writable CTEs); run without BEGIN and COMMIT it is one
-    round trip instead of five.
+    after them: the portable form, for SQLite. ``single`` is the same move and its counter as one
+    PostgreSQL statement (writable CTEs); run without BEGIN and COMMIT it is one round trip instead
+    of five. ``batch`` is SQL Server's one round trip: a T-SQL batch in its own transaction.
     """
 
     copy: Any
     remove: Any
     single: Any
     counter: str
+    batch: Any = None
 
 
 def move_statements(
@@ -245,7 +350,8 @@ def move_statements(
     )
     upsert = insert(stats_summary).from_select(["Queue", counter, "LastActivityUtc"], per_queue)
     single = select(moved.c.Id, moved.c.Queue).add_cte(copied, upsert.cte("counted"))
-    return MoveStatements(copy, remove, single, counter)
+    batch = MoveBatch(source, target, names, row_lock(select(*shaped(source.c)).where(where), source), counter)
+    return MoveStatements(copy, remove, single, counter, batch)
 
 
 @functools.lru_cache(maxsize=32)
@@ -259,16 +365,17 @@ def _complete_statements(groups: int) -> MoveStatements:
     return move_statements(jobs_hot, _fence(groups, PROCESSING), jobs_archive, values, "SucceededTotal")
 
 
-@functools.lru_cache(maxsize=1)
-def _fail_statements() -> MoveStatements:
+@functools.lru_cache(maxsize=4)
+def _fail_statements(groups: int = 1, details: bool = True) -> MoveStatements:
     def values(columns: Any) -> dict[str, ColumnElement[Any]]:
         return {
             "FailedAtUtc": utcnow(),
             "FailureReason": bindparam("failure_reason", type_=jobs_dlq.c.FailureReason.type),
-            "ErrorDetails": bindparam("error_details", type_=jobs_dlq.c.ErrorDetails.type),
+            # No details: NULL in the text, not a NULL parameter (see _release_statement).
+            "ErrorDetails": bindparam("error_details", type_=jobs_dlq.c.ErrorDetails.type) if details else null(),
         }
 
-    return move_statements(jobs_hot, _fence(1, PROCESSING), jobs_dlq, values, "FailedTotal")
+    return move_statements(jobs_hot, _fence(groups, PROCESSING), jobs_dlq, values, "FailedTotal")
 
 
 @functools.lru_cache(maxsize=64)
@@ -301,9 +408,147 @@ def _release_statement(groups: int) -> Any:
     return (
         update(jobs_hot)
         .where(_fence(groups, FETCHED))
-        .values(Status=PENDING, WorkerId=None, LastUpdatedUtc=utcnow())
+        # NULL in the text: a NULL parameter costs pyodbc a describe round trip on SQL Server.
+        .values(Status=literal_column(str(PENDING)), WorkerId=null(), LastUpdatedUtc=utcnow())
         .returning(hot.Id)
     )
+
+
+@functools.lru_cache(maxsize=32)
+def _retry_statement(groups: int) -> Any:
+    """Processing -> Pending, due ``retry_delay`` seconds from now."""
+    return (
+        update(jobs_hot)
+        .where(_fence(groups, PROCESSING))
+        .values(
+            Status=literal_column(str(PENDING)),
+            WorkerId=null(),
+            HeartbeatUtc=null(),
+            ScheduledAtUtc=utc_offset(seconds(name="retry_delay")),
+            LastUpdatedUtc=utcnow(),
+        )
+        .returning(jobs_hot.c.Queue)
+    )
+
+
+@dataclass(frozen=True)
+class SweepStatements:
+    """The sweep's statements, each naming at most ``size`` jobs (see :meth:`Storage.sweep`)."""
+
+    recover: Any  # Fetched past the timeout -> Pending
+    retry: Any  # expired, ZombieRetry and attempts left -> Pending
+    zombie_ids: Any  # the ids of expired jobs bound for the DLQ
+    zombies: MoveStatements  # those ids -> DLQ (parameter ``zombie_ids``), checked again
+
+
+def sweep_statements(fetched_timeout: float, zombie_timeout: float, max_attempts: int, size: int) -> SweepStatements:
+    hot = jobs_hot.c
+
+    def first(where: ColumnElement[bool]) -> Any:
+        """The ids of at most ``size`` rows matching ``where``: any of them, so the database
+        reads them in the order of the partial index that serves ``where``, and stops."""
+        return select(hot.Id).where(where).limit(size)
+
+    abandoned = and_(status_is(hot.Status, FETCHED), hot.LastUpdatedUtc < utc_offset(seconds(-fetched_timeout)))
+    recover = (
+        update(jobs_hot)
+        .where(hot.Id.in_(first(abandoned)), abandoned)
+        .values(Status=literal_column(str(PENDING)), WorkerId=null(), LastUpdatedUtc=utcnow())
+    )
+    per_queue = select(queues.c.ZombieTimeoutSeconds).where(queues.c.Name == hot.Queue).scalar_subquery()
+    timeout = func.coalesce(per_queue, seconds(zombie_timeout))
+    # Re-evaluated by the moving statement itself: a heartbeat or a completion that commits
+    # first makes the row no longer match, so a live job is never taken (River #1302).
+    expired = and_(
+        status_is(hot.Status, PROCESSING),
+        func.coalesce(hot.HeartbeatUtc, hot.LastUpdatedUtc) < utc_offset(-timeout),
+    )
+    retryable = and_(hot.ZombieRetry == true(), hot.AttemptCount < literal_column(str(int(max_attempts))))
+    retry = (
+        update(jobs_hot)
+        .where(hot.Id.in_(first(and_(expired, retryable))), expired, retryable)
+        .values(
+            Status=literal_column(str(PENDING)),
+            WorkerId=null(),
+            HeartbeatUtc=null(),
+            ScheduledAtUtc=utcnow(),
+            LastUpdatedUtc=utcnow(),
+        )
+        .returning(hot.Queue)
+    )
+    # Ids first, then the move by those ids (with ``expired`` checked again): the copy and the
+    # delete then name the same rows although the clock moves between them.
+    chosen = in_list(hot.Id, bindparam("zombie_ids", type_=ListParam(hot.Id.type)))
+    zombies = _zombie_statements(and_(chosen, expired, ~retryable))
+    return SweepStatements(recover, retry, first(and_(expired, ~retryable)), zombies)
+
+
+def _zombie_statements(where: ColumnElement[bool]) -> MoveStatements:
+    """Processing -> DLQ for jobs whose heartbeat expired, moved inside the database."""
+
+    def values(columns: Any) -> dict[str, ColumnElement[Any]]:
+        def text_of(expr: Any, default: str) -> Any:
+            return func.coalesce(expr, literal_column(f"'{default}'", String))
+
+        # Literal text, not parameters: SQL Server would have to guess the type of a bound
+        # operand of "+". Concatenation renders as + on SQL Server and || elsewhere.
+        details = (
+            literal_column("'Zombie detected: heartbeat expired (last heartbeat '", String)
+            + text_of(cast(columns.HeartbeatUtc, String(40)), "never")
+            + literal_column("' UTC, worker '", String)
+            + text_of(columns.WorkerId, "unknown")
+            + literal_column("', attempt '", String)
+            + cast(columns.AttemptCount, String(12))
+            + literal_column("')'", String)
+        )
+        return {
+            "FailedAtUtc": utcnow(),
+            "FailureReason": literal_column(str(int(FailureReason.ZOMBIE))),
+            "ErrorDetails": details,
+        }
+
+    return move_statements(jobs_hot, where, jobs_dlq, values, "FailedTotal")
+
+
+def _value_or_null(value: Any) -> Any:
+    """``value`` as a parameter, or NULL in the statement text when it is None."""
+    return null() if value is None else value
+
+
+def _autocommit_twin(engine: Engine) -> Engine | None:
+    """SQL Server: a second pool, over the same connection set-up, whose connections stay in
+    autocommit for their whole life, for the single-statement hot path.
+
+    Switching a pooled connection to AUTOCOMMIT for one statement costs a
+    ``SET TRANSACTION ISOLATION LEVEL`` round trip when SQLAlchemy resets it on its way back to
+    the pool. PostgreSQL switches client-side and keeps the shared pool.
+    """
+    if engine.dialect.name != "mssql":
+        return None
+    pool = engine.pool.recreate()  # same creator and connect-time set-up, its own connections
+
+    @event.listens_for(pool, "connect")
+    def _autocommit(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.autocommit = True
+
+    return Engine(pool, engine.dialect, engine.url, echo=engine.echo)
+
+
+@dataclass
+class Ambiguity:
+    ambiguous: bool = False
+
+
+def _may_have_committed(exc: BaseException) -> bool:
+    """A failure that may have come after the server committed: the connection broke or timed out.
+    Deadlocks, serialisation failures and other answers from the server rolled back for sure."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    sqlstate = getattr(orig, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate:
+        return sqlstate.startswith("08")  # connection exceptions
+    return True
 
 
 def new_job_id() -> str:
@@ -344,8 +589,16 @@ class Storage:
     ) -> None:
         self.url = url
         self.settings = settings or StorageSettings()
-        self.engine = engine or build_engine(url, pool_size=self.settings.pool_size, echo=echo)
+        self.engine = engine or build_engine(
+            url,
+            pool_size=self.settings.pool_size,
+            echo=echo,
+            command_timeout=self.settings.command_timeout,
+            connect_timeout=self.settings.connect_timeout,
+            statement_timeout=self.settings.statement_timeout,
+        )
         self.dialect = self.engine.dialect.name
+        self._autocommit = _autocommit_twin(self.engine)
         self._known_queues: set[str] = set()
         self._limited_cache: tuple[float, list[str]] = (0.0, [])
         # Test hook: called with the operation name before each transaction attempt.
@@ -353,9 +606,14 @@ class Storage:
         # Same-process wake-ups (SQLite, or any database before NOTIFY arrives): workers in this
         # process start new work at once instead of at their next poll.
         self._enqueue_listeners: list[Callable[[], None]] = []
+        # After-commit announcers for other processes (the Functions doorbell): see add_announcer.
+        self._announcers: list[Callable[[Mapping[str, float] | None], None]] = []
+        self._local = threading.local()  # per-call ambiguity, see _retrying
 
     # ------------------------------------------------------------------ transactions
     def close(self) -> None:
+        if self._autocommit is not None:
+            self._autocommit.dispose()
         self.engine.dispose()
 
     def write(self, fn: Callable[[Connection], T], *, op: str = "write") -> T:
@@ -375,7 +633,13 @@ class Storage:
 
     def _run(self, fn: Callable[[Connection], T], *, op: str, readonly: bool, single: bool = False) -> T:
         def attempt() -> T:
+            if single and self._autocommit is not None:
+                with self._autocommit.connect() as conn:
+                    # From here on a failure may come after the server ran the statement.
+                    self._local.sent = not readonly
+                    return fn(conn)
             with self.engine.connect() as raw:
+                self._local.sent = not readonly
                 if single and self.dialect != "sqlite":
                     return fn(raw.execution_options(isolation_level="AUTOCOMMIT"))
                 conn = raw.execution_options(chokaq_readonly=True) if readonly else raw
@@ -387,11 +651,16 @@ class Storage:
     def _retrying(self, once: Callable[[], T], *, op: str) -> T:
         attempts = self.settings.transient_retries
         for attempt in range(attempts + 1):
+            self._local.sent = False
             try:
                 if self.fault_injector is not None:
                     self.fault_injector(op)
                 return once()
             except (DBAPIError, OperationalError) as exc:
+                if self._local.sent and self.dialect != "sqlite" and _may_have_committed(exc):
+                    # The connection died under a write: it may have committed, and the reply was
+                    # lost. The replay cannot tell; callers that care reconcile (see ambiguity()).
+                    self._local.ambiguous = True
                 if attempt >= attempts or not is_transient(exc):
                     raise
                 delay = min(0.05 * (2**attempt), 2.0) * (0.5 + random.random())
@@ -405,14 +674,41 @@ class Storage:
                 time.sleep(delay)
         raise AssertionError("unreachable")
 
+    @contextlib.contextmanager
+    def ambiguity(self) -> Iterator[Ambiguity]:
+        """Tells whether a write in the block, on this thread, failed in a way that may have
+        committed (a lost reply): the block's outcome may then include changes it never saw."""
+        seen = Ambiguity()
+        self._local.ambiguous = False
+        try:
+            yield seen
+        finally:
+            seen.ambiguous = bool(getattr(self._local, "ambiguous", False))
+            self._local.ambiguous = False
+
     def on_enqueue(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` after this process commits new Pending work. Returns an unsubscriber."""
         self._enqueue_listeners.append(callback)
         return lambda: self._enqueue_listeners.remove(callback)
 
-    def announce(self) -> None:
+    def add_announcer(self, announcer: Callable[[Mapping[str, float] | None], None]) -> Callable[[], None]:
+        """Call ``announcer`` after this process commits new Pending work, with ``{queue: seconds
+        until its first new job is due}``, or None when the queues are not known (a resurrect).
+
+        It runs in the committing thread after the commit, so it must be quick; whatever it raises is
+        logged and dropped: the jobs are stored, and an announcement is only a hint to look sooner.
+        Returns an unsubscriber."""
+        self._announcers.append(announcer)
+        return lambda: self._announcers.remove(announcer)
+
+    def announce(self, due: Mapping[str, float] | None = None) -> None:
         for callback in list(self._enqueue_listeners):
             callback()
+        for announcer in list(self._announcers):
+            try:
+                announcer(due)
+            except Exception:
+                log.exception("enqueue announcer failed (the jobs are stored)")
 
     def ping(self) -> datetime:
         """Round trip to the database; returns its UTC clock."""
@@ -484,15 +780,16 @@ class Storage:
                 Queue=req.queue,
                 Type=req.type,
                 Payload=req.payload,
-                Tags=req.tags,
-                IdempotencyKey=req.idempotency_key,
+                # NULL in the text, not a NULL parameter (a describe round trip on SQL Server).
+                Tags=_value_or_null(req.tags),
+                IdempotencyKey=_value_or_null(req.idempotency_key),
                 Priority=req.priority,
                 Status=PENDING,
                 AttemptCount=0,
-                ScheduledAtUtc=utc_offset(literal(req.delay_seconds)) if req.delay_seconds else utcnow(),
+                ScheduledAtUtc=utc_offset(seconds(req.delay_seconds)) if req.delay_seconds else utcnow(),
                 CreatedAtUtc=utcnow(),
                 LastUpdatedUtc=utcnow(),
-                CreatedBy=req.created_by,
+                CreatedBy=_value_or_null(req.created_by),
                 ZombieRetry=False,
             )
             if req.idempotency_key is None:
@@ -515,52 +812,104 @@ class Storage:
 
         if conn is not None:
             return work(self.bind(conn))
-        result = self.write(work, op="enqueue")
-        self.announce()
+        result = self._stored_once(lambda: self.write(work, op="enqueue"), job_id, (job_id, True))
+        self.announce({req.queue: float(req.delay_seconds)})
         return result
 
+    def _stored_once(
+        self, store: Callable[[], T], job_id: str | None, stored: T, reqs: Sequence[EnqueueRequest] = ()
+    ) -> T:
+        """A replay whose first attempt committed unheard (a lost COMMIT reply) meets its own job
+        id, which this call made up: the job is stored, once. Any other conflict is raised.
+        ``reqs`` (enqueue_many): jobs with idempotency keys report the id stored under their key."""
+        try:
+            return store()
+        except IntegrityError:
+            if job_id is None:
+                raise
+            hot = jobs_hot.c
+
+            def check(c: Connection) -> list[str | None] | None:
+                if c.execute(select(hot.Id).where(hot.Id == job_id)).first() is None:
+                    return None
+                keyed = [r.idempotency_key for r in reqs]
+                by_key = select(hot.Id).where(hot.IdempotencyKey == bindparam("key"))
+                return [c.execute(by_key, {"key": k}).scalar() if k is not None else None for k in keyed]
+
+            found = self.read(check, op="enqueue_check")
+            if found is None:
+                raise
+            if isinstance(stored, list):
+                return [k if k is not None else i for i, k in zip(stored, found, strict=True)]  # type: ignore[return-value]
+            return stored
+
     def enqueue_many(self, reqs: Sequence[EnqueueRequest]) -> list[str]:
-        """Bulk insert in one transaction. Jobs with idempotency keys go one by one."""
+        """Bulk insert, in transactions of at most ``Storage.CleanupBatchSize`` jobs each, so a
+        large batch never holds its locks and log space in one transaction. Jobs with
+        idempotency keys go one by one. Should a batch fail for good, the batches before it stay
+        enqueued and the error is raised.
+        """
         ids = [new_job_id() for _ in reqs]
+        size = self.settings.cleanup_batch_size
+        # SQL Server: RETURNING makes SQLAlchemy send multi-row VALUES batches (at most 2,099
+        # parameters each) typed by setinputsizes, NVARCHAR(max) for the payload. A plain
+        # executemany goes through fast_executemany, which sends no types: pyodbc then has the
+        # server describe every parameter, and binds VARCHAR(255) when that fails.
+        stmt = insert(jobs_hot).values(
+            Status=literal_column(str(PENDING)),
+            AttemptCount=literal_column("0"),
+            ZombieRetry=false(),
+            ScheduledAtUtc=utc_offset(seconds(name="delay")),
+            CreatedAtUtc=utcnow(),
+            LastUpdatedUtc=utcnow(),
+        )
+        if self.dialect == "mssql":
+            stmt = stmt.returning(jobs_hot.c.Id)
 
-        def work(c: Connection) -> list[str]:
-            out = list(ids)
-            rows = []
-            for i, r in enumerate(reqs):
-                self.ensure_queue(c, r.queue)
-                if r.idempotency_key is not None:
-                    out[i] = self.enqueue(r, conn=c)[0]
-                    continue
-                rows.append(
-                    {
-                        "Id": ids[i],
-                        "Queue": r.queue,
-                        "Type": r.type,
-                        "Payload": r.payload,
-                        "Tags": r.tags,
-                        "Priority": r.priority,
-                        "CreatedBy": r.created_by,
-                        "delay": float(r.delay_seconds),
-                    }
-                )
-            if rows:
-                c.execute(
-                    insert(jobs_hot).values(
-                        Status=PENDING,
-                        AttemptCount=0,
-                        ZombieRetry=False,
-                        ScheduledAtUtc=utc_offset(bindparam("delay")),
-                        CreatedAtUtc=utcnow(),
-                        LastUpdatedUtc=utcnow(),
-                    ),
-                    rows,
-                )
-            for q in {r.queue for r in reqs}:
-                self._notify(c, q)
-            return out
+        def batch(start: int) -> Callable[[Connection], list[str]]:
+            def work(c: Connection) -> list[str]:
+                part = reqs[start : start + size]
+                out = ids[start : start + size]
+                rows = []
+                for i, r in enumerate(part):
+                    self.ensure_queue(c, r.queue)
+                    if r.idempotency_key is not None:
+                        out[i] = self.enqueue(r, conn=c)[0]
+                        continue
+                    rows.append(
+                        {
+                            "Id": out[i],
+                            "Queue": r.queue,
+                            "Type": r.type,
+                            "Payload": r.payload,
+                            "Tags": r.tags,
+                            "Priority": r.priority,
+                            "CreatedBy": r.created_by,
+                            "delay": float(r.delay_seconds),
+                        }
+                    )
+                if rows:
+                    c.execute(stmt, rows)
+                for q in sorted({r.queue for r in part}):
+                    self._notify(c, q)
+                return out
 
-        result = self.write(work, op="enqueue_many")
-        self.announce()
+            return work
+
+        result: list[str] = []
+        for start in range(0, len(reqs), size):
+            part = reqs[start : start + size]
+            plain = [start + i for i, r in enumerate(part) if r.idempotency_key is None]
+            result += self._stored_once(
+                functools.partial(self.write, batch(start), op="enqueue_many"),
+                ids[plain[0]] if plain else None,
+                ids[start : start + size],
+                part,
+            )
+            due: dict[str, float] = {}
+            for r in part:
+                due[r.queue] = min(due.get(r.queue, float(r.delay_seconds)), float(r.delay_seconds))
+            self.announce(due)
         return result
 
     # ------------------------------------------------------------------ fetch and start
@@ -582,7 +931,14 @@ class Storage:
         zombie_retry = claim.start and bool(claim.zombie_retry_types)
         if zombie_retry:
             params["zombie_types"] = list(claim.zombie_retry_types)
-        stmt = _claim_statement(bool(queue_names), limited, limit, claim.start, zombie_retry)
+        stmt: Any
+        if conn.dialect.name == "mssql":
+            params.pop("claim_queues", None)
+            for i, name in enumerate(queue_names or ()):
+                params[f"claim_queue_{i}"] = name
+            stmt = _mssql_claim_statement(len(queue_names or ()), limited, limit, claim.start, zombie_retry)
+        else:
+            stmt = _claim_statement(bool(queue_names), limited, limit, claim.start, zombie_retry)
         return [hot_record(r) for r in conn.execute(stmt, params).all()]
 
     def _limited_queues(self) -> list[str]:
@@ -662,7 +1018,7 @@ class Storage:
         if not jobs:
             return StartResult([], [], [])
         leases = [j.lease for j in jobs]
-        groups, params = fence_params(worker_id, leases)
+        groups, params = fence_params(worker_id, leases, self.dialect)
         if zombie_retry_types:
             params["zombie_types"] = list(zombie_retry_types)
         stmt = _start_statement(groups, bool(zombie_retry_types))
@@ -684,12 +1040,32 @@ class Storage:
             started.append(job)
         got = {j.id for j in started}
         rest = [lease for lease in leases if lease.job_id not in got]
+        if rest:
+            # A replay after a lost reply finds its own start done: Processing under this worker at
+            # the next attempt. Nobody ran them; they start now, attempt counted once.
+            for row in self._started_by(worker_id, rest):
+                job = by_id[row.id]
+                job.status, job.attempt_count = JobStatus.PROCESSING, row.attempt_count
+                job.started_at_utc, job.heartbeat_utc = row.started_at_utc, row.heartbeat_utc
+                job.last_updated_utc, job.zombie_retry = row.last_updated_utc, row.zombie_retry
+                started.append(job)
+                got.add(job.id)
+            rest = [lease for lease in rest if lease.job_id not in got]
         released = self.release(worker_id, rest) if rest else []
         lost = [lease.job_id for lease in rest if lease.job_id not in set(released)]
         return StartResult(started, released, lost)
 
+    def _started_by(self, worker_id: str, leases: Sequence[Lease]) -> list[JobRecord]:
+        by_id = {lease.job_id: lease for lease in leases}
+        hot = jobs_hot.c
+        query = select(jobs_hot).where(
+            hot.Id.in_(list(by_id)), status_is(hot.Status, PROCESSING), hot.WorkerId == worker_id
+        )
+        rows = self.read(lambda c: [hot_record(r) for r in c.execute(query).all()], op="recognise")
+        return [r for r in rows if r.attempt_count == by_id[r.id].attempt + 1]
+
     def _release(self, c: Connection, worker_id: str, leases: Sequence[Lease]) -> list[str]:
-        groups, params = fence_params(worker_id, leases)
+        groups, params = fence_params(worker_id, leases, c.dialect.name)
         return [r[0] for r in c.execute(_release_statement(groups), params)]
 
     def release(self, worker_id: str, leases: Sequence[Lease]) -> list[str]:
@@ -704,7 +1080,7 @@ class Storage:
         if not leases:
             return set()
 
-        groups, params = fence_params(worker_id, leases)
+        groups, params = fence_params(worker_id, leases, self.dialect)
         stmt = _heartbeat_statement(groups)
 
         def work(c: Connection) -> set[str]:
@@ -731,10 +1107,11 @@ class Storage:
         rows = [dict(r._mapping) for r in c.execute(delete(source).where(where).returning(*source.c)).all()]
         if rows:
             shared = [col.name for col in target.c if col.name in source.c and col.name not in (stamps or {})]
-            c.execute(
-                insert(target).values(**(stamps or {})),
-                [{**{k: r[k] for k in shared}, **(changes(r) if changes else {})} for r in rows],
-            )
+            copy = insert(target).values(**(stamps or {}))
+            if c.dialect.name == "mssql":
+                # Typed multi-row VALUES instead of untyped fast_executemany (see enqueue_many).
+                copy = copy.returning(target.c.Id)
+            c.execute(copy, [{**{k: r[k] for k in shared}, **(changes(r) if changes else {})} for r in rows])
         return rows
 
     def move_in_db(self, c: Connection, move: MoveStatements, params: dict[str, Any]) -> list[tuple[str, str]]:
@@ -755,6 +1132,8 @@ class Storage:
         """Run a move and bump its counter atomically. Returns ``(Id, Queue)`` of each moved row."""
         if self.dialect == "postgresql":
             return self.write_one(lambda c: [(r[0], r[1]) for r in c.execute(move.single, params)], op=op)
+        if self.dialect == "mssql":
+            return self.write_one(lambda c: [(r[0], r[1]) for r in c.execute(move.batch, params)], op=op)
 
         def work(c: Connection) -> list[tuple[str, str]]:
             moved = self.move_in_db(c, move, params)
@@ -767,9 +1146,11 @@ class Storage:
         """Processing -> Archive for a batch of successes, in one transaction."""
         if not done:
             return set()
-        groups, params = fence_params(worker_id, [d.lease for d in done])
+        groups, params = fence_params(worker_id, [d.lease for d in done], self.dialect)
         params["durations"] = json.dumps({d.lease.job_id: d.duration_ms for d in done})
-        return {job_id for job_id, _ in self.move(_complete_statements(groups), params, op="complete")}
+        moved = {job_id for job_id, _ in self.move(_complete_statements(groups), params, op="complete")}
+        missing = [d.lease for d in done if d.lease.job_id not in moved]
+        return moved | self._already(jobs_archive, missing) if missing else moved
 
     @staticmethod
     def dlq_shape(
@@ -785,50 +1166,43 @@ class Storage:
 
     def fail(self, lease: Lease, reason: FailureReason, error_details: str | None) -> bool:
         """Processing -> DLQ. False when the worker no longer owns the job (a stale move)."""
-        _, params = fence_params(lease.worker_id, [lease])
-        params.update(failure_reason=int(reason), error_details=error_details)
-        return bool(self.move(_fail_statements(), params, op="fail"))
+        groups, params = fence_params(lease.worker_id, [lease], self.dialect)
+        params["failure_reason"] = int(reason)
+        if error_details is not None:
+            params["error_details"] = error_details
+        if self.move(_fail_statements(groups, error_details is not None), params, op="fail"):
+            return True
+        return bool(self._already(jobs_dlq, [lease], jobs_dlq.c.FailureReason == int(reason)))
 
     def retry(self, lease: Lease, delay_seconds: float) -> bool:
         """Processing -> Pending, due after ``delay_seconds``."""
 
-        groups, params = fence_params(lease.worker_id, [lease])
+        groups, params = fence_params(lease.worker_id, [lease], self.dialect)
+        params["retry_delay"] = float(delay_seconds)
 
         def work(c: Connection) -> bool:
-            rows = c.execute(
-                update(jobs_hot)
-                .where(_fence(groups, PROCESSING))
-                .values(
-                    Status=PENDING,
-                    WorkerId=None,
-                    HeartbeatUtc=None,
-                    ScheduledAtUtc=utc_offset(literal(float(delay_seconds))),
-                    LastUpdatedUtc=utcnow(),
-                )
-                .returning(jobs_hot.c.Queue),
-                params,
-            ).all()
+            rows = c.execute(_retry_statement(groups), params).all()
             self.bump_stats(c, "RetriedTotal", Counter(r[0] for r in rows))
             return bool(rows)
 
-        return self.write(work, op="retry")
+        return self.write(work, op="retry") or bool(self._already(jobs_hot, [lease], back_to_pending=0))
 
     def reschedule(self, worker_id: str, leases: Sequence[Lease]) -> list[str]:
         """Processing -> Pending for handlers that stopped on shutdown; the attempt is given back."""
         if not leases:
             return []
 
-        groups, params = fence_params(worker_id, leases)
+        groups, params = fence_params(worker_id, leases, self.dialect)
 
         def work(c: Connection) -> list[str]:
             rows = c.execute(
                 update(jobs_hot)
                 .where(_fence(groups, PROCESSING))
                 .values(
-                    Status=PENDING,
-                    WorkerId=None,
-                    HeartbeatUtc=None,
-                    AttemptCount=jobs_hot.c.AttemptCount - 1,
+                    Status=literal_column(str(PENDING)),
+                    WorkerId=null(),
+                    HeartbeatUtc=null(),
+                    AttemptCount=jobs_hot.c.AttemptCount - literal_column("1"),
                     ScheduledAtUtc=utcnow(),
                     LastUpdatedUtc=utcnow(),
                 )
@@ -837,7 +1211,56 @@ class Storage:
             ).all()
             return [r[0] for r in rows]
 
-        return self.write(work, op="reschedule")
+        moved = self.write(work, op="reschedule")
+        missing = [lease for lease in leases if lease.job_id not in set(moved)]
+        return moved + sorted(self._already(jobs_hot, missing, back_to_pending=1)) if missing else moved
+
+    def _already(
+        self,
+        table: Table,
+        leases: Sequence[Lease],
+        condition: ColumnElement[bool] | None = None,
+        *,
+        back_to_pending: int | None = None,
+    ) -> set[str]:
+        """Ids among ``leases`` whose job already is where a worker's move would have put it: a
+        replay after a lost reply finds its own earlier success there, not a conflict.
+
+        Archive or DLQ: the row names this worker and attempt (and ``condition``, e.g. the failure
+        reason, so a zombie burial of our job is not taken for our own move). JobsHot
+        (``back_to_pending``): Pending, no owner, at the lease's attempt less ``back_to_pending``
+        (a retry keeps the attempt, a reschedule gives it back). Read only on the rare path where a
+        move found fewer rows than it named.
+        """
+        by_id = {lease.job_id: lease for lease in leases}
+        t = table.c
+        query = select(t.Id, t.WorkerId, t.AttemptCount).where(t.Id.in_(list(by_id)))
+        if back_to_pending is not None:
+            query = query.where(status_is(t.Status, PENDING), t.WorkerId.is_(None))
+        if condition is not None:
+            query = query.where(condition)
+        rows = self.read(lambda c: c.execute(query).all(), op="recognise")
+        found = set()
+        for job_id, worker, attempt in rows:
+            lease = by_id[job_id]
+            if back_to_pending is not None:
+                if attempt == lease.attempt - back_to_pending:
+                    found.add(job_id)
+            elif worker == lease.worker_id and attempt == lease.attempt:
+                found.add(job_id)
+        return found
+
+    def owned(self, worker_id: str, since: datetime | None = None) -> list[JobRecord]:
+        """Fetched and Processing jobs that carry ``worker_id`` (last updated at or after ``since``).
+
+        A worker reads them after a claim whose reply may have been lost: rows it does not hold
+        were claimed by a reply it never got. Rare; the Status partial indexes bound the read.
+        """
+        hot = jobs_hot.c
+        query = select(jobs_hot).where(status_in(hot.Status, FETCHED, PROCESSING), hot.WorkerId == worker_id)
+        if since is not None:
+            query = query.where(hot.LastUpdatedUtc >= since)
+        return self.read(lambda c: [hot_record(r) for r in c.execute(query).all()], op="owned")
 
     # ------------------------------------------------------------------ planner statistics
     def refresh_statistics(self, *, min_age: float = STATISTICS_MIN_AGE) -> bool:
@@ -889,54 +1312,59 @@ class Storage:
         return True
 
     # ------------------------------------------------------------------ recovery sweep
-    def sweep(self, *, fetched_timeout: float, zombie_timeout: float, max_attempts: int) -> SweepResult:
-        """Both recovery phases. Safe to run from any number of processes at once."""
+    def sweep(
+        self, *, fetched_timeout: float, zombie_timeout: float, max_attempts: int, batch_size: int | None = None
+    ) -> SweepResult:
+        """Both recovery phases. Safe to run from any number of processes at once.
+
+        Each phase runs in transactions of at most ``batch_size`` jobs (``Storage.CleanupBatchSize``)
+        until nothing is left, so a backlog of zombies never becomes one long transaction. Every
+        transaction changes its job rows first and the StatsSummary counters last, as completions
+        do: two transactions never wait for each other's rows in opposite orders.
+        """
+        size = batch_size or self.settings.cleanup_batch_size
+        stmts = sweep_statements(fetched_timeout, zombie_timeout, max_attempts, size)
 
         def recover(c: Connection) -> int:
-            res = c.execute(
-                update(jobs_hot)
-                .where(
-                    status_is(jobs_hot.c.Status, FETCHED),
-                    jobs_hot.c.LastUpdatedUtc < utc_offset(literal(-float(fetched_timeout))),
-                )
-                .values(Status=PENDING, WorkerId=None, LastUpdatedUtc=utcnow())
-            )
-            return int(res.rowcount or 0)
+            return int(c.execute(stmts.recover).rowcount or 0)
 
-        per_queue = select(queues.c.ZombieTimeoutSeconds).where(queues.c.Name == jobs_hot.c.Queue).scalar_subquery()
-        timeout = func.coalesce(per_queue, literal(float(zombie_timeout)))
-        # Re-evaluated by the moving statement itself: a heartbeat or a completion that commits
-        # first makes the row no longer match, so a live job is never taken (River #1302).
-        expired = and_(
-            status_is(jobs_hot.c.Status, PROCESSING),
-            func.coalesce(jobs_hot.c.HeartbeatUtc, jobs_hot.c.LastUpdatedUtc) < utc_offset(-timeout),
-        )
-
-        def bury(c: Connection) -> tuple[int, list[str], int]:
-            retried = c.execute(
-                update(jobs_hot)
-                .where(expired, jobs_hot.c.ZombieRetry == true(), jobs_hot.c.AttemptCount < max_attempts)
-                .values(
-                    Status=PENDING, WorkerId=None, HeartbeatUtc=None, ScheduledAtUtc=utcnow(), LastUpdatedUtc=utcnow()
-                )
-                .returning(jobs_hot.c.Queue)
-            ).all()
+        def retry(c: Connection) -> int:
+            retried = c.execute(stmts.retry).all()
             self.bump_stats(c, "RetriedTotal", Counter(r[0] for r in retried))
+            return len(retried)
 
-            def zombie(r: dict[str, Any]) -> dict[str, Any]:
-                return {
-                    "FailureReason": int(FailureReason.ZOMBIE),
-                    "ErrorDetails": "Zombie detected: heartbeat expired "
-                    f"(last heartbeat {r['HeartbeatUtc']} UTC, worker {r['WorkerId']}, attempt {r['AttemptCount']})",
-                }
+        def bury(c: Connection) -> list[str]:
+            ids = [r[0] for r in c.execute(stmts.zombie_ids).all()]
+            if not ids:
+                return []
+            move, params = stmts.zombies, {"zombie_ids": ids}
+            if self.dialect == "postgresql":
+                return [r[0] for r in c.execute(move.single, params)]
+            if self.dialect == "mssql":
+                return [r[0] for r in c.execute(move.batch, params)]
+            moved = self.move_in_db(c, move, params)
+            self.bump_stats(c, move.counter, Counter(queue for _, queue in moved))
+            return [job_id for job_id, _ in moved]
 
-            rows = self.move_rows(c, jobs_hot, expired, jobs_dlq, zombie, {"FailedAtUtc": utcnow()})
-            self.bump_stats(c, "FailedTotal", Counter(r["Queue"] for r in rows))
-            return len(rows), [r["Id"] for r in rows], len(retried)
+        def loop(phase: Callable[[Connection], int], op: str) -> int:
+            total = 0
+            while True:
+                n = self.write(phase, op=op)
+                total += n
+                if n < size:
+                    return total
 
-        recovered = self.write(recover, op="sweep_recover")
-        archived, ids, retried = self.write(bury, op="sweep_zombies")
-        return SweepResult(recovered=recovered, archived=archived, retried_zombies=retried, zombie_ids=ids)
+        recovered = loop(recover, "sweep_recover")
+        retried = loop(retry, "sweep_retry")
+        zombie_ids: list[str] = []
+        while True:
+            batch = self.write(bury, op="sweep_zombies")
+            zombie_ids += batch
+            if len(batch) < size:
+                break
+        return SweepResult(
+            recovered=recovered, archived=len(zombie_ids), retried_zombies=retried, zombie_ids=zombie_ids
+        )
 
     # ------------------------------------------------------------------ reads
     def get_job(self, job_id: str) -> JobRecord | None:
@@ -975,6 +1403,7 @@ class Storage:
         conn: Connection | None = None,
     ) -> QueueInfo:
         """Create the queue row if needed and change the given fields (None clears an override)."""
+        check_key("queue", name)
         values: dict[str, Any] = {"LastUpdatedUtc": utcnow()}
         if paused is not None:
             values["IsPaused"] = paused

@@ -91,6 +91,12 @@ param heartbeatIntervalMaxSeconds int = 12
 @description('Days finished jobs stay in the archive.')
 param archiveRetentionDays int = 30
 
+@description('Doorbell queue for queue-triggered runs on Functions (docs/functions.md). Empty: off.')
+param doorbellQueueName string = ''
+
+@description('Object ids of producers outside the Function App that may ring the doorbell.')
+param doorbellSenderPrincipalIds array = []
+
 @description('Tags applied to every resource.')
 param tags object = {
   app: 'chokaq'
@@ -165,7 +171,18 @@ module functionApp 'modules/functionapp.bicep' = {
     heartbeatIntervalMaxSeconds: heartbeatIntervalMaxSeconds
     archiveRetentionDays: archiveRetentionDays
     otelServiceName: '${namePrefix}-functions'
+    doorbellQueueName: doorbellQueueName
+    queueEndpoint: storage.outputs.queueEndpoint
     tags: tags
+  }
+}
+
+module doorbell 'modules/doorbell.bicep' = if (!empty(doorbellQueueName)) {
+  name: 'chokaq-doorbell'
+  params: {
+    storageAccountName: storage.outputs.storageAccountName
+    queueName: doorbellQueueName
+    senderPrincipalIds: doorbellSenderPrincipalIds
   }
 }
 

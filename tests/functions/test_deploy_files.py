@@ -22,6 +22,9 @@ AZURE_SETTINGS = {
     "FUNCTIONS_WORKER_RUNTIME", "FUNCTIONS_EXTENSION_VERSION", "AzureWebJobsStorage", "AzureWebJobsFeatureFlags",
     "AzureWebJobsSecretStorageType", "APPLICATIONINSIGHTS_CONNECTION_STRING", "PYTHON_ENABLE_OPENTELEMETRY",
     "PYTHON_ENABLE_WORKER_EXTENSIONS", "WEBSITE_TIME_ZONE", "OTEL_SERVICE_NAME",
+    "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY", "AzureFunctionsJobHost__functionTimeout",
+    # The doorbell's connection (functions/doorbell.py), read by the wake trigger and the producer.
+    "ChokaqDoorbell", "ChokaqDoorbell__queueServiceUri", "ChokaqDoorbell__credential", "ChokaqDoorbell__clientId",
 }
 DISABLED_FLAG = re.compile(r"^AzureWebJobs\.[A-Za-z_]\w*\.Disabled$")
 NCRONTAB6 = re.compile(r"^\S+ \S+ \S+ \S+ \S+ \S+$")
@@ -55,19 +58,24 @@ def test_local_settings_pass_engine_validation(monkeypatch: pytest.MonkeyPatch) 
 def test_every_binding_setting_is_defined_and_schedules_are_ncrontab() -> None:
     from chokaq import ChokaQ
 
-    app = ChokaQ(storage_url="sqlite://")
+    values = local_values()
+    app = ChokaQ(storage_url="sqlite://", functions={"doorbell_queue": values["CHOKAQ_FUNCTIONS__DOORBELL_QUEUE"]})
 
     @app.job("x")
     def x(p: object) -> None: ...
 
-    values = local_values()
     fa = build_function_app(app, environ=values)
     referenced: set[str] = set()
+    connections: set[str] = set()
     for f in fa.get_functions():
         referenced |= set(re.findall(r"%(\w+)%", f.get_function_json()))
-    assert referenced == {"CHOKAQ_SWEEP_SCHEDULE", "CHOKAQ_RETENTION_SCHEDULE", "CHOKAQ_DRAIN_SCHEDULE"}
-    for name in referenced:
+        connections |= {b["connection"] for b in json.loads(f.get_function_json())["bindings"] if "connection" in b}
+    assert referenced == {"CHOKAQ_SWEEP_SCHEDULE", "CHOKAQ_RETENTION_SCHEDULE", "CHOKAQ_DRAIN_SCHEDULE",
+                          "CHOKAQ_FUNCTIONS__DOORBELL_QUEUE"}
+    for name in referenced - {"CHOKAQ_FUNCTIONS__DOORBELL_QUEUE"}:
         assert NCRONTAB6.match(values[name]), (name, values[name])
+    # The wake trigger's connection is defined (Azurite locally) under the name the producer reads too.
+    assert connections == {"ChokaqDoorbell"} and values["ChokaqDoorbell"] == "UseDevelopmentStorage=true"
     assert values["CHOKAQ_SWEEP_SCHEDULE"] == "*/30 * * * * *"
 
 
@@ -76,23 +84,67 @@ def test_host_json() -> None:
     assert host["version"] == "2.0"
     assert host["extensions"]["http"]["routePrefix"] == ""
     assert host["extensionBundle"]["id"] == "Microsoft.Azure.Functions.ExtensionBundle"
-    assert function_timeout(ROOT / "host.json") == 600
-    assert function_timeout(ROOT / "host.json") >= DEFAULT_DRAIN_SECONDS + 30 + MARGIN_SECONDS
+    assert host["telemetryMode"] == "OpenTelemetry"  # the host's own records go the OTel way too
+    assert host["logging"]["logLevel"]["Host.Results"] == "Information"  # request records are kept
+    # The wake trigger: base64 text (what functions/doorbell.py sends), polled at least every 2 s.
+    queues = host["extensions"]["queues"]
+    assert queues["messageEncoding"] == "base64" and queues["maxPollingInterval"] == "00:00:02"
+    assert function_timeout(ROOT / "host.json", environ={}) == 600
+    assert function_timeout(ROOT / "host.json", environ={}) >= DEFAULT_DRAIN_SECONDS + 30 + MARGIN_SECONDS
 
 
 def _name(req: str) -> str:
     return re.split(r"[\[<>=!~ ;]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
-def test_requirements_cover_runtime_and_extras() -> None:
+def _pins() -> tuple[dict[str, str], dict[str, list[str]], set[str]]:
+    """requirements.txt as uv writes it: {name: version}, {name: hashes}, names pulled in by pyproject."""
+    pins: dict[str, str] = {}
+    hashes: dict[str, list[str]] = {}
+    direct: set[str] = set()
+    current = ""
+    via_block = False
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        stripped = line.strip()
+        if not line.startswith((" ", "#")) and stripped:
+            name, _, rest = stripped.partition("==")
+            current = _name(name)
+            pins[current] = rest.split()[0].rstrip("\\").strip()
+            hashes[current] = []
+            via_block = False
+        elif stripped.startswith("--hash=sha256:"):
+            hashes[current].append(stripped.split(":", 1)[1].rstrip("\\").strip())
+        elif stripped.startswith("# via"):
+            via_block = stripped == "# via"
+            if "chokaq (pyproject.toml)" in stripped:
+                direct.add(current)
+        elif via_block and stripped == "#   chokaq (pyproject.toml)":
+            direct.add(current)
+    return pins, hashes, direct
+
+
+def test_requirements_are_the_lock_of_pyproject() -> None:
+    """requirements.txt is `make requirements` output: every package pinned with hashes (the remote
+    build's pip then resolves nothing), and exactly pyproject's dependencies plus the mssql, otel and
+    azure extras at the top, each pin inside its pyproject range."""
+    from packaging.requirements import Requirement
+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = {_name(r) for r in project["dependencies"]}
+    wanted = [Requirement(r) for r in project["dependencies"]]
     for extra in ("mssql", "otel", "azure"):
-        wanted |= {_name(r) for r in project["optional-dependencies"][extra]}
-    lines = [ln for ln in (ROOT / "requirements.txt").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-    have = {_name(ln) for ln in lines}
-    assert wanted <= have, f"missing from requirements.txt: {sorted(wanted - have)}"
-    assert "chokaq" not in have  # imported from the deployed directory, not installed
+        wanted += [Requirement(r) for r in project["optional-dependencies"][extra]]
+    text = (ROOT / "requirements.txt").read_text()
+    assert text.startswith("# This file was autogenerated by uv") and "#    make requirements" in text
+    pins, hashes, direct = _pins()
+    assert direct == {_name(r.name) for r in wanted}, "requirements.txt is stale: run make requirements"
+    for req in wanted:
+        version = pins[_name(req.name)]
+        assert req.specifier.contains(version, prereleases=True), (req, version)
+    assert all(len(h) >= 1 and all(len(x) == 64 for x in h) for h in hashes.values()), "unhashed pins"
+    assert "chokaq" not in pins  # imported from the deployed directory, not installed
+    # Resolved for what Azure runs: Python 3.11 on Linux.
+    make = (ROOT / "Makefile").read_text()
+    assert "--python-version 3.11" in make and "--python-platform x86_64-manylinux" in make
 
 
 def _ignored(path: str, patterns: list[str]) -> bool:

@@ -126,7 +126,15 @@ def resource_config(resource: dict[str, Any]) -> dict[str, Any]:
 
 
 def module_calls(parsed: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return parsed.get("modules", {})
+    """Module calls; a conditional one (`= if (...) {...}`) gets its body as `config` and its
+    condition as `condition`, like an unconditional one."""
+    calls: dict[str, dict[str, Any]] = {}
+    for symbol, call in parsed.get("modules", {}).items():
+        config = call["config"]
+        if isinstance(config, dict) and "condition" in config and "config" in config:
+            call = {**call, "config": config["config"], "condition": config["condition"]}
+        calls[symbol] = call
+    return calls
 
 
 def module_by_path(relative: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -10,6 +10,8 @@ import pytest
 from sqlalchemy.dialects.mssql.pyodbc import MSDialect_pyodbc
 from sqlalchemy.engine import make_url
 
+from chokaq.settings import ExecutionSettings
+
 from .conftest import (
     BICEP_DIR,
     GRANT_SQL,
@@ -29,9 +31,13 @@ from .conftest import (
     resources_of_type,
 )
 
-# The KEDA mssql scaler query. infra/bicep/modules/worker.bicep must use exactly this text.
-DUE_JOBS_QUERY = (
-    "SELECT COUNT(*) FROM [chokaq].[JobsHot] WHERE [Status] = 0 AND [ScheduledAtUtc] <= SYSUTCDATETIME()"
+# The KEDA mssql scaler query. infra/bicep/modules/worker.bicep must use exactly this text; its
+# SQLite/PostgreSQL twin runs in tests/infra/test_scaler_query.py. Due Pending jobs plus the
+# Fetched and Processing ones, so replicas are not stopped while they run a claimed backlog.
+SCALER_QUERY = (
+    "SELECT (SELECT COUNT(*) FROM [chokaq].[JobsHot] WHERE [Status] = 0 AND [ScheduledAtUtc] <= SYSUTCDATETIME())"
+    " + (SELECT COUNT(*) FROM [chokaq].[JobsHot] WHERE [Status] = 1)"
+    " + (SELECT COUNT(*) FROM [chokaq].[JobsHot] WHERE [Status] = 2)"
 )
 
 # Settings the engine / Functions host read that the deployment must set on the Function App.
@@ -486,7 +492,7 @@ def test_worker_storage_url_uses_user_assigned_identity() -> None:
     assert env["AZURE_CLIENT_ID"] == "identityClientId"
 
 
-def test_worker_scales_on_due_pending_jobs_with_keda_mssql() -> None:
+def test_worker_scales_on_queued_and_running_jobs_with_keda_mssql() -> None:
     call, parsed, app = _worker()
     scale = app["properties"]["template"]["scale"]
     (rule,) = scale["rules"]
@@ -494,13 +500,34 @@ def test_worker_scales_on_due_pending_jobs_with_keda_mssql() -> None:
     assert custom["type"] == "mssql"
     metadata = custom["metadata"]
     query = _through_module(call, parsed, metadata["query"])
-    assert query == DUE_JOBS_QUERY
+    assert query == SCALER_QUERY
+    assert metadata["activationTargetValue"] == "0"
     assert "targetValue" in metadata
     # Entra-only SQL: authenticate with the worker's identity (no password, no secret).
     assert "identity" in custom or "auth" in custom or "connectionStringFromEnv" in metadata
     assert "password" not in json.dumps(custom).lower()
     assert _through_module(call, parsed, custom["identity"]) is not None
     assert "passwordFromEnv" not in metadata
+
+
+def test_worker_termination_grace_covers_the_shutdown_grace() -> None:
+    _, parsed, app = _worker()
+    (container,) = app["properties"]["template"]["containers"]
+    env = _name_value_list(container["env"])
+    # string(shutdownGraceSeconds)
+    grace_env = env["CHOKAQ_EXECUTION__SHUTDOWN_GRACE"]["function"]["parameters"]["value_to_convert"]
+    assert grace_env == "shutdownGraceSeconds"
+    grace = parsed["parameters"]["shutdownGraceSeconds"]
+    assert grace["default"] == ExecutionSettings().shutdown_grace
+    termination = app["properties"]["template"]["terminationGracePeriodSeconds"]
+    expr = parsed["variables"][termination]["value"]["operator"]
+    # terminationGracePeriodSeconds = shutdownGraceSeconds + a margin, within Container Apps' 600.
+    assert expr["type"] == "add"
+    assert expr["operands"]["operand_1"] == "shutdownGraceSeconds"
+    margin = expr["operands"]["operand_2"]
+    assert isinstance(margin, int) and margin >= 10
+    (ceiling,) = [d["argument"] for d in grace["decorators"] if d["type"] == "max_value"]
+    assert ceiling + margin <= 600
 
 
 def test_worker_min_replicas_zero() -> None:

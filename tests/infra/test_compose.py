@@ -55,7 +55,34 @@ def _effective_argv(service: dict[str, Any]) -> list[str]:
 
 def test_compose_services() -> None:
     services = _compose()["services"]
-    assert {"sqlserver", "migrate"} <= set(services)
+    assert {"sqlserver", "sqlserver-init", "migrate"} <= set(services)
+
+
+def test_sqlserver_init_creates_the_chokaq_database_with_rcsi() -> None:
+    services = _compose()["services"]
+    init = services["sqlserver-init"]
+    assert init["image"] == services["sqlserver"]["image"]  # its sqlcmd, no other image to pull
+    argv = _effective_argv(init)
+    assert argv[0].endswith("/sqlcmd") and "-b" in argv, argv  # -b: a failed batch fails the service
+    script_in_container = argv[argv.index("-i") + 1]
+    (mount,) = [v for v in init["volumes"] if v.split(":")[1] == script_in_container]
+    script = (COMPOSE_FILE.parent / mount.split(":")[0]).read_text()
+    assert "CREATE DATABASE [chokaq]" in script
+    assert "ALTER DATABASE [chokaq] SET READ_COMMITTED_SNAPSHOT ON" in script
+    assert re.search(r"^GO$", script, re.M)
+    # The SA password reaches sqlcmd through the environment, not the command line.
+    assert "MSSQL_SA_PASSWORD" in init["environment"]["SQLCMDPASSWORD"]
+    assert not any("MSSQL_SA_PASSWORD" in a for a in argv)
+    assert init["depends_on"]["sqlserver"]["condition"] == "service_healthy"
+    assert services["migrate"]["depends_on"]["sqlserver-init"]["condition"] == "service_completed_successfully"
+
+
+def test_local_settings_use_the_chokaq_database() -> None:
+    values = json.loads((COMPOSE_FILE.parent / "local.settings.example.json").read_text())["Values"]
+    parsed = make_url(values["CHOKAQ_STORAGE_URL"])
+    assert (parsed.drivername, parsed.database, parsed.port) == ("mssql+pyodbc", "chokaq", 1433)
+    services = _compose()["services"]
+    assert parsed.password == _interpolate(services["sqlserver"]["environment"]["MSSQL_SA_PASSWORD"])
 
 
 def test_sqlserver_service() -> None:
@@ -73,12 +100,13 @@ def test_sqlserver_service() -> None:
     assert "sqlcmd" in joined and "SELECT 1" in joined
 
 
-def test_migrate_runs_db_upgrade_after_healthy_sqlserver() -> None:
+def test_migrate_runs_db_upgrade_after_the_database_is_created() -> None:
     migrate = _compose()["services"]["migrate"]
     assert migrate["build"]["context"] == "."
     assert migrate["build"].get("dockerfile", "Dockerfile") == "Dockerfile"
     assert _effective_argv(migrate) == ["chokaq", "db", "upgrade"]
-    assert migrate["depends_on"]["sqlserver"]["condition"] == "service_healthy"
+    # sqlserver-init itself waits for a healthy sqlserver.
+    assert migrate["depends_on"]["sqlserver-init"]["condition"] == "service_completed_successfully"
 
 
 def test_migrate_command_parses_with_real_cli() -> None:
@@ -100,7 +128,7 @@ def test_storage_url_reaches_compose_sqlserver(service_name: str) -> None:
     assert parsed.drivername == "mssql+pyodbc"
     assert (parsed.host, parsed.port, parsed.username) == ("sqlserver", 1433, "sa")
     assert parsed.password == _interpolate(services["sqlserver"]["environment"]["MSSQL_SA_PASSWORD"])
-    assert parsed.database == "master"
+    assert parsed.database == "chokaq"
     assert parsed.query["driver"] == "ODBC Driver 18 for SQL Server"
     assert parsed.query["TrustServerCertificate"] == "yes"
     args, _ = MSDialect_pyodbc().create_connect_args(parsed)

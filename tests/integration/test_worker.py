@@ -418,3 +418,36 @@ def test_a_slow_finaliser_holds_back_new_starts(db_url: str, run_worker: Any) ->
     assert sorted(ran) == sorted(ids)  # each ran once
     assert totals(app.storage)[0] == len(ids)
     assert 4 < peak <= 8, peak  # outcomes did queue up, but never past Concurrency + Prefetch
+
+
+def test_a_reconcile_settles_rows_claimed_by_replies_the_worker_never_got(db_url: str, run_worker: Any) -> None:
+    """What a lost claim reply leaves: rows under the worker's id that it holds no record of. After
+    an ambiguous call the worker adopts the Fetched one (it runs once) and gives the never-started
+    Processing one back to Pending with its attempt given back; nothing becomes a zombie."""
+    app = make_app(db_url)
+    runs: list[str] = []
+
+    @app.job("rec")
+    def rec(payload: dict[str, Any], ctx: JobContext) -> None:
+        runs.append(ctx.job_id)
+
+    s = app.storage
+    # The worker serves another queue: the rows below are claimed under its id from here, after
+    # it started (rows older than its start are not its own: a predecessor with the same name).
+    r = run_worker(app, queues=["elsewhere"], worker_id="w-lost-replies")
+    wait_for(lambda: r.worker._since is not None)
+    fetched_id, _ = s.enqueue(EnqueueRequest(type="rec"))
+    (fetched,) = s.fetch(r.worker.id, 1)
+    processing_id, _ = s.enqueue(EnqueueRequest(type="rec"))
+    (processing,) = s.fetch(r.worker.id, 1, start=True)
+    assert (fetched.id, processing.id, processing.attempt_count) == (fetched_id, processing_id, 1)
+    r.worker._ambiguous = True  # as a claim whose reply was lost leaves it
+    wait_for(lambda: counts(s).get("archive") == 1 and counts(s).get("pending") == 1)
+    r.stop()
+    assert runs == [fetched_id]
+    done = s.get_job(fetched_id)
+    assert done is not None and done.location is Location.ARCHIVE and done.attempt_count == 1
+    back = s.get_job(processing_id)
+    assert back is not None and back.status == JobStatus.PENDING and back.worker_id is None
+    assert back.attempt_count == 0  # it never ran: the attempt is given back
+    assert counts(s)["dlq"] == 0

@@ -1,8 +1,11 @@
 """Every statement chokaq runs, compiled for SQL Server.
 
 There is no SQL Server here, so the scenario runs on SQLite while each statement object is
-captured and compiled again with the mssql+pyodbc dialect. Assertions check what matters on
-SQL Server: lock hints on claims, OUTPUT for moves, SQL Server's clock, no foreign syntax.
+captured and compiled again with the mssql+pyodbc dialect, initialised as for SQL Server 2022
+(an uninitialised dialect pages with ROW_NUMBER() and types text as NTEXT: not what production
+sends). The statements only SQL Server gets (claims, fenced moves, move batches) are compiled from
+their builders here, and checked as sent in tests/driver. Assertions check what matters on SQL
+Server: lock hints on claims, OUTPUT for moves, SQL Server's clock, no foreign syntax.
 """
 
 from __future__ import annotations
@@ -14,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event
-from sqlalchemy.dialects import mssql
+from sqlalchemy import Column, MetaData, String, Table, bindparam, event, select, true
 from sqlalchemy.sql import ClauseElement
 
 from chokaq.domain.models import EnqueueRequest, Lease
@@ -23,9 +25,20 @@ from chokaq.domain.states import FailureReason, Location
 from chokaq.storage import Storage
 from chokaq.storage.admin import Actor, AdminStore, JobEdit, JobFilter
 from chokaq.storage.migrations import render_script
-from chokaq.storage.store import Completion
+from chokaq.storage.mssql_shapes import MoveBatch, lease_rowset
+from chokaq.storage.sqlfuncs import ListParam, in_list
+from chokaq.storage.store import (
+    Completion,
+    _complete_statements,
+    _heartbeat_statement,
+    _mssql_claim_statement,
+    _start_statement,
+    _zombie_statements,
+)
+from tests.driver.recording import sql_server_2022_engine
 
-DIALECT = mssql.pyodbc.dialect()
+# Named parameters (":claim_worker") keep the assertions readable; production's are "?".
+DIALECT = sql_server_2022_engine(paramstyle="named").dialect
 
 
 def compile_mssql(stmt: ClauseElement, keys: list[str] | None = None) -> str:
@@ -121,37 +134,76 @@ def test_every_statement_compiles_for_sql_server(captured: tuple[Storage, list[s
         assert "ILIKE" not in sql.upper().replace("LIKE LOWER", ""), sql
         # Filtered indexes are only used for literal predicates, never for parameters.
         assert "[Status] = :" not in sql and "[Status] IN (__[POSTCOMPILE" not in sql, sql
+        # SQL Server 2022: OFFSET/FETCH paging and NVARCHAR(max), not the pre-2012 fallbacks.
+        assert "ROW_NUMBER()" not in sql and "mssql_rn" not in sql and "NTEXT" not in sql, sql
+    paged = [s for s in seen if "OFFSET :" in s]
+    assert paged and all("ROWS\n FETCH FIRST :" in s for s in paged)
 
 
-def test_claim_carries_the_lock_hints_and_outputs_rows(captured: tuple[Storage, list[str]]) -> None:
-    storage, seen = captured
-    storage.enqueue(EnqueueRequest(type="a"))
-    storage.fetch("w", 5)
-    claims = [s for s in seen if re.search(r"UPDATE chokaq\.\[JobsHot\] SET \[Status\]=:\w+, \[WorkerId\]=:\w+", s)]
-    assert claims, seen
-    claim = claims[0]
-    assert "WITH (UPDLOCK, READPAST, ROWLOCK)" in claim
-    assert re.match(r"WITH claim AS \n\(SELECT TOP __\[POSTCOMPILE_\w+\] cand\.\[Id\]", claim)
-    assert "WHERE chokaq.[JobsHot].[Id] IN (SELECT claim.[Id]" in claim
+def test_claim_is_an_updatable_cte_with_the_lock_hints() -> None:
+    claim = compile_mssql(_mssql_claim_statement(0, False, 5))
+    # TOP takes the limit as a literal (rendered at execution), not a parameter.
+    assert re.match(r"WITH c AS \n\(SELECT TOP __\[POSTCOMPILE_\w+\] chokaq\.\[JobsHot\]\.\[Id\], ", claim), claim
+    assert "FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)" in claim
+    assert "\nUPDATE c SET [Status]=1, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME()" in claim
     assert "OUTPUT inserted.[Id]" in claim
-    assert "ORDER BY cand.[Priority] DESC, cand.[ScheduledAtUtc], cand.[CreatedAtUtc]" in claim
-    assert "SYSUTCDATETIME()" in claim
+    assert "ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], " in claim
+    assert "[Queue] = :claim_queue_0" in compile_mssql(_mssql_claim_statement(1, True, 5))
 
 
-def test_a_claim_that_starts_is_the_same_locked_claim(captured: tuple[Storage, list[str]]) -> None:
-    storage, seen = captured
-    storage.enqueue(EnqueueRequest(type="a"))
-    storage.fetch("w", 5, start=True, zombie_retry_types={"a"}, skip=["01HNOTHING"])
-    (claim,) = [s for s in seen if "WITH claim AS" in s]
-    assert "FROM chokaq.[JobsHot] AS cand WITH (UPDLOCK, READPAST, ROWLOCK)" in claim
-    assert "NOT cand.[Id] IN (SELECT CAST([value] AS VARCHAR(50)) FROM OPENJSON(:claim_skip))" in claim
-    assert "[AttemptCount]=(chokaq.[JobsHot].[AttemptCount] + :AttemptCount_1)" in claim
-    assert "[StartedAtUtc]=SYSUTCDATETIME(), [LastUpdatedUtc]=SYSUTCDATETIME()" in claim.replace(
-        "[HeartbeatUtc]=SYSUTCDATETIME(), ", ""
-    )
-    zombie_flag = "[ZombieRetry]=CASE WHEN chokaq.[JobsHot].[Type] IN (SELECT CAST([value] AS VARCHAR(255))"
-    assert zombie_flag in claim
+def test_a_claim_that_starts_is_the_same_locked_claim() -> None:
+    claim = compile_mssql(_mssql_claim_statement(0, False, 5, True, True))
+    assert "FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)" in claim
+    assert "NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) " in claim
+    assert "FROM OPENJSON(CAST(:claim_skip AS NVARCHAR(max))))" in claim
+    assert "[AttemptCount]=c.[AttemptCount] + 1" in claim
+    assert "[StartedAtUtc]=SYSUTCDATETIME(), [HeartbeatUtc]=SYSUTCDATETIME()" in claim
+    assert "[ZombieRetry]=CASE WHEN c.[Type] IN (SELECT CAST([value] AS NVARCHAR(255))" in claim
     assert "OUTPUT inserted.[Id]" in claim and "inserted.[AttemptCount]" in claim
+
+
+def test_worker_moves_are_fenced_by_worker_and_one_lease_rowset() -> None:
+    lease = (
+        "(SELECT [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) "
+        "WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease"
+    )
+    fence = (
+        "chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt] "
+        "AND chokaq.[JobsHot].[Status] + 0 = {status} AND chokaq.[JobsHot].[WorkerId] = :fence_worker"
+    )
+    heartbeat = compile_mssql(_heartbeat_statement(0))
+    start = compile_mssql(_start_statement(0, False))
+    move = compile_mssql(_complete_statements(0).batch)
+    for sql, status in ((heartbeat, 2), (start, 1), (move, 2)):
+        # By primary key: "Status + 0" keeps the planner off the whole filtered index.
+        assert lease in sql and fence.format(status=status) in sql, sql
+        assert " OR " not in sql, sql
+    assert heartbeat.startswith("UPDATE chokaq.[JobsHot] SET [HeartbeatUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id] ")
+
+
+def test_worker_moves_copy_under_a_row_lock() -> None:
+    move = compile_mssql(_complete_statements(0).batch)
+    # Without UPDLOCK another session could move the row between the copy and the delete.
+    assert "\nFROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK), (SELECT [Id], [Attempt]" in move
+    assert "INSERT INTO chokaq.[JobsArchive] (" in move and "OUTPUT inserted.[Id], inserted.[Queue] INTO @moved" in move
+    durations = (
+        """CAST(JSON_VALUE(CAST(:durations AS NVARCHAR(max)), CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT)"""
+    )
+    assert durations in move
+    assert "DELETE h FROM chokaq.[JobsHot] AS h JOIN @moved AS m ON m.[Id] = h.[Id];" in move
+
+
+def test_time_arithmetic_is_sql_servers(captured: tuple[Storage, list[str]]) -> None:
+    storage, seen = captured
+    run_everything(storage)
+    sweep = [s for s in seen if "coalesce(chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[LastUpdatedUtc]) <" in s]
+    assert sweep
+    assert "DATEADD(SECOND" in sweep[0] and "SYSUTCDATETIME()" in sweep[0]
+    assert "[ZombieTimeoutSeconds]" in sweep[0]
+    # Seconds from Python arrive typed, never as a bare operand of FLOOR or "-".
+    assert re.search(r"CAST\(FLOOR\(-coalesce\(.*, CAST\(:param_\d+ AS FLOAT\)\)\) AS INT\)", sweep[0], re.S)
+    zombies = compile_mssql(_zombie_statements(true()).batch)
+    assert "'Zombie detected: heartbeat expired (last heartbeat ' + coalesce(CAST(" in zombies
 
 
 def test_moves_delete_with_output_deleted(captured: tuple[Storage, list[str]]) -> None:
@@ -163,44 +215,6 @@ def test_moves_delete_with_output_deleted(captured: tuple[Storage, list[str]]) -
         assert "OUTPUT deleted.[Id]" in d
     resurrects = [s for s in seen if s.startswith("DELETE FROM chokaq.[JobsDLQ]") and "deleted.[Payload]" in s]
     assert resurrects, "resurrect must move the DLQ row with OUTPUT"
-
-
-def test_worker_moves_are_fenced_by_worker_and_attempt(captured: tuple[Storage, list[str]]) -> None:
-    storage, seen = captured
-    run_everything(storage)
-    fenced = [s for s in seen if re.search(r"\[WorkerId\] = :\w+", s) and re.search(r"\[AttemptCount\] = :", s)]
-    kinds = {s.split()[0] for s in fenced}
-    assert kinds == {"UPDATE", "DELETE", "INSERT"}
-    heartbeat = [s for s in fenced if "SET [HeartbeatUtc]=SYSUTCDATETIME()" in s]
-    # By primary key: "Status + 0" keeps the planner off the whole Processing filtered index.
-    assert heartbeat and all("[Status] + 0 = 2" in h for h in heartbeat)
-    for sql in fenced:
-        # Ids travel as one JSON parameter, cast back to the key's type so the seek still works.
-        assert "[Id] IN (SELECT CAST([value] AS VARCHAR(50)) FROM OPENJSON(:" in sql, sql
-        assert not re.search(r"OPENJSON\(:\w+\)\) = 1", sql), sql
-
-
-def test_worker_moves_copy_under_a_row_lock(captured: tuple[Storage, list[str]]) -> None:
-    storage, seen = captured
-    run_everything(storage)
-    for target in ("JobsArchive", "JobsDLQ"):
-        copies = [s for s in seen if s.startswith(f"INSERT INTO chokaq.[{target}]") and " SELECT " in s]
-        assert copies, target
-        for copy in copies:
-            # Without UPDLOCK another session could move the row between the copy and the delete.
-            assert "FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK)" in copy, copy
-            assert "[Status] + 0 = 2" in copy, copy
-    archive = next(s for s in seen if s.startswith("INSERT INTO chokaq.[JobsArchive]") and " SELECT " in s)
-    assert """CAST(JSON_VALUE(:durations, CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT)""" in archive, archive
-
-
-def test_time_arithmetic_is_sql_servers(captured: tuple[Storage, list[str]]) -> None:
-    storage, seen = captured
-    run_everything(storage)
-    sweep = [s for s in seen if s.startswith("DELETE FROM chokaq.[JobsHot]") and "coalesce" in s.lower()]
-    assert sweep
-    assert "DATEADD(SECOND" in sweep[0] and "SYSUTCDATETIME()" in sweep[0]
-    assert "[ZombieTimeoutSeconds]" in sweep[0]
 
 
 def test_queue_lock_for_max_workers(captured: tuple[Storage, list[str]]) -> None:
@@ -220,3 +234,29 @@ def test_ddl_script_for_sql_server() -> None:
     assert "WHERE [IdempotencyKey] IS NOT NULL" in ddl
     assert "WHERE [Status] = 0" in ddl and "WHERE [Status] = 2" in ddl
     assert "\nGO\n" in ddl
+
+
+def test_casts_and_rowsets_drop_a_key_collation_that_the_table_variable_keeps() -> None:
+    """CAST(... AS VARCHAR(50) COLLATE x) and OPENJSON ... WITH (col VARCHAR(50) COLLATE x) are not
+    T-SQL; @moved must carry the collation, or comparing it with the table's column fails."""
+    binary = String(50, collation="Latin1_General_100_BIN2")
+    t = Table("T", MetaData(), Column("Id", binary, primary_key=True), Column("Queue", binary))
+    lease = lease_rowset(t.c.Id)
+    ids = in_list(t.c.Id, bindparam("ids", type_=ListParam(binary)))
+    found = compile_mssql(select(t.c.Id).where(t.c.Id == lease.c.Id, ids))
+    assert "WITH ([Id] VARCHAR(50) '$[0]'" in found and "CAST([value] AS VARCHAR(50))" in found
+    assert "COLLATE" not in found
+    batch = compile_mssql(MoveBatch(t, t, ["Id"], select(t.c.Id), "SucceededTotal"))
+    assert "DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY" in batch
+
+
+def test_the_real_tables_key_collation_reaches_the_table_variable() -> None:
+    """The schema's key types carry their collation only in a column definition; @moved is one, or
+    joining it with JobsHot's BIN2 keys fails (Msg 468, collation conflict)."""
+    from chokaq.storage.schema import jobs_archive, jobs_hot
+
+    batch = compile_mssql(MoveBatch(jobs_hot, jobs_archive, ["Id"], select(jobs_hot.c.Id), "SucceededTotal"))
+    assert (
+        "DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, "
+        "[Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2)" in batch
+    ), batch

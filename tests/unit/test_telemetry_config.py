@@ -1,6 +1,8 @@
 """Which exporter chokaq wires up. The Azure Monitor distro cannot reach Azure from here, so its
 entry point is replaced by a recorder; the OTLP path is exercised for real in
-tests/acceptance/test_otlp.py."""
+tests/acceptance/test_otlp.py, and the decision from the real installed providers (Functions
+worker or not) in tests/functions/test_telemetry.py, in fresh processes. Here the test process's
+own providers (tests/conftest.py installs in-memory ones) are hidden: nothing is installed."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from chokaq import telemetry
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(telemetry, "_configured", False)
+    monkeypatch.setattr(telemetry, "tracing_active", lambda: False)
+    monkeypatch.setattr(telemetry, "metrics_active", lambda: False)
     for name in (
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "APPLICATIONINSIGHTS_CONNECTION_STRING",
@@ -44,14 +48,36 @@ def test_application_insights_uses_the_azure_monitor_distro(monkeypatch: pytest.
     calls = fake_distro(monkeypatch)
     monkeypatch.setenv("APPLICATIONINSIGHTS_CONNECTION_STRING", "InstrumentationKey=00000000-0000-0000-0000-0")
     assert telemetry.configure("chokaq-worker") is True
-    assert calls == [{"connection_string": "InstrumentationKey=00000000-0000-0000-0000-0"}]
+    assert calls == [{"connection_string": "InstrumentationKey=00000000-0000-0000-0000-0", "disable_tracing": False,
+                      "disable_metrics": False, "disable_logging": False}]
 
 
-def test_no_double_export_inside_the_functions_host(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_functions_env_vars_alone_do_not_stop_the_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PYTHON_ENABLE_OPENTELEMETRY=true used to make chokaq add nothing, and with a worker that had
+    installed no provider every span and metric was dropped. Only installed providers count now."""
+    calls = fake_distro(monkeypatch)
+    monkeypatch.setenv("APPLICATIONINSIGHTS_CONNECTION_STRING", "InstrumentationKey=x")
+    monkeypatch.setenv("PYTHON_ENABLE_OPENTELEMETRY", "true")
+    monkeypatch.setenv("FUNCTIONS_WORKER_RUNTIME", "python")
+    assert telemetry.configure() is True
+    # The host ships the worker's logs itself: only traces and metrics from the distro.
+    assert calls == [{"connection_string": "InstrumentationKey=x", "disable_tracing": False,
+                      "disable_metrics": False, "disable_logging": True}]
+
+
+def test_only_the_signal_without_a_provider_gets_an_exporter(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = fake_distro(monkeypatch)
+    monkeypatch.setenv("APPLICATIONINSIGHTS_CONNECTION_STRING", "InstrumentationKey=x")
+    monkeypatch.setattr(telemetry, "tracing_active", lambda: True)
+    assert telemetry.configure() is True
+    assert calls[0]["disable_tracing"] is True and calls[0]["disable_metrics"] is False
+
+
+def test_no_exporter_when_both_providers_are_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = fake_distro(monkeypatch)
     monkeypatch.setenv("APPLICATIONINSIGHTS_CONNECTION_STRING", "InstrumentationKey=x")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
-    monkeypatch.setenv("PYTHON_ENABLE_OPENTELEMETRY", "true")
-    monkeypatch.setenv("FUNCTIONS_WORKER_RUNTIME", "python")
+    monkeypatch.setattr(telemetry, "tracing_active", lambda: True)
+    monkeypatch.setattr(telemetry, "metrics_active", lambda: True)
     assert telemetry.configure() is False
     assert calls == []

@@ -1,5 +1,6 @@
 // Function App on Flex Consumption (FC1, Linux, Python 3.11) with a system-assigned identity.
-// It hosts the chokaq timer functions (sweep, retention) and the HTTP admin API.
+// It hosts the chokaq timer functions (sweep, retention), the HTTP admin API and, with a
+// doorbell queue, the queue-triggered `wake` function.
 // Host storage and the deployment package use the identity: there is no storage key anywhere.
 // Flex Consumption rejects FUNCTIONS_WORKER_RUNTIME and FUNCTIONS_EXTENSION_VERSION as app
 // settings; the runtime is set in functionAppConfig.runtime instead.
@@ -65,6 +66,12 @@ param archiveRetentionDays int
 @description('OpenTelemetry service name of the Function App.')
 param otelServiceName string
 
+@description('Doorbell queue name (CHOKAQ_FUNCTIONS__DOORBELL_QUEUE); empty: no doorbell, no wake function.')
+param doorbellQueueName string = ''
+
+@description('Queue endpoint of the storage account, for the identity-based doorbell connection.')
+param queueEndpoint string
+
 @description('Maximum number of Flex Consumption instances.')
 @minValue(1)
 @maxValue(1000)
@@ -127,6 +134,12 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
           value: 'true'
         }
         {
+          // Current Python workers install Azure Monitor's OpenTelemetry providers only with this;
+          // PYTHON_ENABLE_OPENTELEMETRY alone just propagates context. chokaq then adds none.
+          name: 'PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY'
+          value: 'true'
+        }
+        {
           name: 'OTEL_SERVICE_NAME'
           value: otelServiceName
         }
@@ -173,6 +186,19 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'CHOKAQ_RETENTION__ARCHIVE_DAYS'
           value: string(archiveRetentionDays)
+        }
+        {
+          name: 'CHOKAQ_FUNCTIONS__DOORBELL_QUEUE'
+          value: doorbellQueueName
+        }
+        {
+          // Identity-based connection of the wake trigger and of this app's own rings.
+          name: 'ChokaqDoorbell__queueServiceUri'
+          value: queueEndpoint
+        }
+        {
+          name: 'ChokaqDoorbell__credential'
+          value: 'managedidentity'
         }
       ]
     }

@@ -49,4 +49,5 @@ resource deploymentContainer 'Microsoft.Storage/storageAccounts/blobServices/con
 output storageAccountName string = storage.name
 output storageAccountId string = storage.id
 output blobEndpoint string = storage.properties.primaryEndpoints.blob
+output queueEndpoint string = storage.properties.primaryEndpoints.queue
 output deploymentContainerName string = deploymentContainer.name

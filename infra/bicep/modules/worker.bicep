@@ -1,5 +1,8 @@
 // Worker container app: runs `chokaq --app <module:app> worker` and is scaled by KEDA's mssql
-// scaler on the number of due Pending jobs. minReplicas defaults to 0 (scale to zero).
+// scaler on the work in the queue: due Pending jobs plus the Fetched and Processing ones being run.
+// Counting running work keeps replicas alive while they finish a claimed backlog; with due Pending
+// jobs alone the metric drops to 0 once everything is claimed, and after the cooldown KEDA would
+// stop every replica mid-job. minReplicas defaults to 0 (scale to zero when nothing is left).
 //
 // Scaler authentication: Azure SQL here is Entra-only, so the scaler cannot use a SQL password.
 // The rule sets `identity` to the worker's user-assigned identity; Container Apps then gives KEDA
@@ -67,14 +70,18 @@ param minReplicas int = 0
 @minValue(1)
 param maxReplicas int = 10
 
-@description('Due Pending jobs per replica that KEDA aims for.')
+@description('Jobs (due Pending, Fetched and Processing) per replica that KEDA aims for.')
 @minValue(1)
 param duePendingJobsPerReplica int = 50
 
-@description('Seconds a stopping replica gets between SIGTERM and SIGKILL; above the worker shutdown grace (30 s by default).')
+@description('Execution.ShutdownGrace: seconds a stopping worker lets running handlers finish.')
 @minValue(0)
-@maxValue(600)
-param terminationGracePeriodSeconds int = 60
+@maxValue(570)
+param shutdownGraceSeconds int = 30
+
+// Seconds between SIGTERM and SIGKILL: the shutdown grace plus time to hand back the prefetch
+// buffer and write the last outcomes. Container Apps allows at most 600.
+var terminationGracePeriodSeconds = shutdownGraceSeconds + 30
 
 @description('vCPU per replica.')
 param cpu string = '0.5'
@@ -85,8 +92,9 @@ param memory string = '1Gi'
 @description('Tags applied to every resource.')
 param tags object = {}
 
-// The KEDA query. tests/infra/test_bicep.py asserts it equals DUE_JOBS_QUERY there.
-var dueJobsQuery = 'SELECT COUNT(*) FROM [chokaq].[JobsHot] WHERE [Status] = 0 AND [ScheduledAtUtc] <= SYSUTCDATETIME()'
+// The KEDA query: one COUNT per status, so each reads its own filtered index (Status 0, 1, 2).
+// tests/infra/test_bicep.py asserts it equals SCALER_QUERY there and runs it on SQLite/PostgreSQL.
+var workQuery = 'SELECT (SELECT COUNT(*) FROM [chokaq].[JobsHot] WHERE [Status] = 0 AND [ScheduledAtUtc] <= SYSUTCDATETIME()) + (SELECT COUNT(*) FROM [chokaq].[JobsHot] WHERE [Status] = 1) + (SELECT COUNT(*) FROM [chokaq].[JobsHot] WHERE [Status] = 2)'
 
 // ODBC Driver 18: Authentication=ActiveDirectoryMsi with UID=<client id> picks the user-assigned identity.
 var storageUrl = 'mssql+pyodbc://${identityClientId}@${sqlServerFqdn}/${databaseName}?driver=ODBC+Driver+18+for+SQL+Server&Encrypt=yes&authentication=ActiveDirectoryMsi'
@@ -158,6 +166,10 @@ resource worker 'Microsoft.App/containerApps@2025-01-01' = {
               value: string(heartbeatIntervalMaxSeconds)
             }
             {
+              name: 'CHOKAQ_EXECUTION__SHUTDOWN_GRACE'
+              value: string(shutdownGraceSeconds)
+            }
+            {
               name: 'AZURE_CLIENT_ID'
               value: identityClientId
             }
@@ -177,7 +189,7 @@ resource worker 'Microsoft.App/containerApps@2025-01-01' = {
         maxReplicas: maxReplicas
         rules: [
           {
-            name: 'due-pending-jobs'
+            name: 'queued-and-running-jobs'
             custom: {
               type: 'mssql'
               identity: identityId
@@ -186,7 +198,7 @@ resource worker 'Microsoft.App/containerApps@2025-01-01' = {
                 port: '1433'
                 database: databaseName
                 username: identityName
-                query: dueJobsQuery
+                query: workQuery
                 targetValue: string(duePendingJobsPerReplica)
                 activationTargetValue: '0'
               }

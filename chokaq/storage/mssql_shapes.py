@@ -1,0 +1,165 @@
+"""Statement shapes that only SQL Server gets: the claim as an updatable CTE, fenced moves that join
+one lease rowset, and a move with its counter as one round trip.
+
+PostgreSQL and SQLite keep their own forms (in store.py); these exist because SQL Server's locking
+and its ODBC driver reward different shapes:
+
+- A claim whose lock hints sit on a second reference of JobsHot takes its key locks through two
+  indexes, and two claimers can deadlock. ``WITH c AS (SELECT TOP (n) ... WITH (UPDLOCK, READPAST,
+  ROWLOCK)) UPDATE c`` locks each row once, through the index it read.
+- ``Id IN (...) OR Id IN (...)`` over OPENJSON groups may be planned as a scan; a join with one
+  ``OPENJSON ... WITH (Id, Attempt)`` rowset is a primary-key seek per lease.
+- Every extra statement is a network round trip; a move, its delete and its counter travel as one
+  T-SQL batch in its own transaction (the PostgreSQL twin is one statement of writable CTEs).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sqlalchemy import Integer, Select, Table, UnicodeText, bindparam, column, text
+from sqlalchemy.dialects import mssql
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.base import Executable
+from sqlalchemy.sql.elements import ClauseElement, ColumnElement
+from sqlalchemy.sql.selectable import Subquery
+from sqlalchemy.sql.visitors import InternalTraversal
+
+from chokaq.storage.schema import stats_summary
+
+_DIALECT = mssql.dialect()  # type: ignore[no-untyped-call]
+
+
+def mssql_type(col: Any, *, collation: bool = True) -> str:
+    """The column's SQL Server type as DDL renders it. ``collation=False`` drops a COLLATE clause,
+    for CAST and OPENJSON's WITH, which take none (the column's own collation then wins the
+    comparison). A table variable keeps it: two different column collations cannot be compared."""
+    # As a column definition: chokaq's key types render their collation only there.
+    sqltype = str(_DIALECT.type_compiler_instance.process(col.type, type_expression=col))
+    return sqltype if collation else re.sub(r"\s+COLLATE\s+\S+", "", sqltype)
+
+
+def lease_rowset(id_col: Any, name: str = "lease") -> Subquery:
+    """``(SELECT Id, Attempt FROM OPENJSON(?) WITH (...)) AS lease``: a worker's leases as one
+    typed rowset, bound as a JSON array of ``[id, attempt]`` pairs (see :func:`lease_json`)."""
+    sql = (
+        "SELECT [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) "
+        f"WITH ([Id] {mssql_type(id_col, collation=False)} '$[0]', [Attempt] INT '$[1]')"
+    )
+    return (
+        text(sql)
+        .bindparams(bindparam("fence_leases", type_=UnicodeText()))
+        .columns(column("Id", id_col.type), column("Attempt", Integer()))
+        .subquery(name)
+    )
+
+
+class CteUpdate(Executable, ClauseElement):
+    """``WITH [pick AS (...),] c AS (<select>) UPDATE c SET ... OUTPUT inserted....`` (SQL Server).
+
+    ``sets`` are expressions over the CTE's columns (a ``table("c", ...)``); ``outputs`` are column
+    names of the updated table.
+    """
+
+    # Cached like any SQLAlchemy statement: the key is the structure of these parts.
+    _traverse_internals = [
+        ("select", InternalTraversal.dp_clauseelement),
+        ("set_names", InternalTraversal.dp_string_list),
+        ("set_values", InternalTraversal.dp_clauseelement_list),
+        ("outputs", InternalTraversal.dp_string_list),
+        ("pick", InternalTraversal.dp_clauseelement),
+    ]
+
+    def __init__(
+        self,
+        select: Select[Any],
+        sets: dict[str, ColumnElement[Any]],
+        outputs: list[str],
+        pick: Select[Any] | None = None,
+    ) -> None:
+        self.select = select
+        self.set_names = list(sets)
+        self.set_values = list(sets.values())
+        self.outputs = outputs
+        self.pick = pick
+
+
+@compiles(CteUpdate, "mssql")
+def _cte_update(element: CteUpdate, compiler: Any, **kw: Any) -> str:
+    q = compiler.preparer.quote
+    ctes = []
+    if element.pick is not None:
+        ctes.append(f"pick AS \n({compiler.process(element.pick, **kw)})")
+    ctes.append(f"c AS \n({compiler.process(element.select, **kw)})")
+    pairs = zip(element.set_names, element.set_values, strict=True)
+    sets = ", ".join(f"{q(name)}={compiler.process(expr, **kw)}" for name, expr in pairs)
+    outputs = ", ".join(f"inserted.{q(name)}" for name in element.outputs)
+    return f"WITH {', '.join(ctes)}\nUPDATE c SET {sets} OUTPUT {outputs}"
+
+
+@compiles(CteUpdate)
+def _cte_update_other(element: CteUpdate, compiler: Any, **kw: Any) -> str:
+    raise NotImplementedError("CteUpdate is SQL Server's claim shape")
+
+
+class MoveBatch(Executable, ClauseElement):
+    """Copy rows into ``target``, delete them from ``source`` and add them to a StatsSummary counter:
+    one T-SQL batch, one transaction, one round trip. Returns ``(Id, Queue)`` of each moved row.
+
+    The delete goes by the ids the copy recorded (``@moved``), under the copy's UPDLOCK, so it
+    removes exactly the rows copied. Counters come last, as in every chokaq transaction.
+    """
+
+    _traverse_internals = [
+        ("source", InternalTraversal.dp_clauseelement),
+        ("target", InternalTraversal.dp_clauseelement),
+        ("names", InternalTraversal.dp_string_list),
+        ("select", InternalTraversal.dp_clauseelement),
+        ("counter", InternalTraversal.dp_string),
+    ]
+
+    def __init__(self, source: Table, target: Table, names: list[str], select: Select[Any], counter: str) -> None:
+        self.source = source
+        self.target = target
+        self.names = names
+        self.select = select
+        self.counter = counter
+
+
+@compiles(MoveBatch, "mssql")
+def _move_batch(element: MoveBatch, compiler: Any, **kw: Any) -> str:
+    prep = compiler.preparer
+    source = prep.format_table(element.source)
+    target = prep.format_table(element.target)
+    stats = prep.format_table(stats_summary)
+    cols = ", ".join(prep.quote(n) for n in element.names)
+    counter = prep.quote(element.counter)
+    id_type = mssql_type(element.source.c.Id)
+    queue_type = mssql_type(element.source.c.Queue)
+    # SET options inside a parameterised batch (sp_executesql / sp_prepexec) revert when it ends;
+    # they are reset explicitly as well, for a driver that sends the batch as plain text.
+    return (
+        "SET NOCOUNT ON;\n"
+        "SET XACT_ABORT ON;\n"
+        f"DECLARE @moved TABLE ([Id] {id_type} PRIMARY KEY, [Queue] {queue_type});\n"
+        "BEGIN TRANSACTION;\n"
+        f"INSERT INTO {target} ({cols}) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved\n"
+        f"{compiler.process(element.select, **kw)};\n"
+        f"DELETE h FROM {source} AS h JOIN @moved AS m ON m.[Id] = h.[Id];\n"
+        f"INSERT INTO {stats} ([Queue], [LastActivityUtc]) SELECT DISTINCT m.[Queue], SYSUTCDATETIME() "
+        f"FROM @moved AS m WHERE NOT EXISTS (SELECT 1 FROM {stats} AS s WITH (UPDLOCK, HOLDLOCK) "
+        "WHERE s.[Queue] = m.[Queue]);\n"
+        f"UPDATE s SET s.{counter} = s.{counter} + m.[n], s.[LastActivityUtc] = SYSUTCDATETIME() "
+        f"FROM {stats} AS s JOIN (SELECT [Queue], COUNT(*) AS [n] FROM @moved GROUP BY [Queue]) AS m "
+        "ON m.[Queue] = s.[Queue];\n"
+        "COMMIT TRANSACTION;\n"
+        "SET XACT_ABORT OFF;\n"
+        "SET NOCOUNT OFF;\n"
+        "SELECT [Id], [Queue] FROM @moved"
+    )
+
+
+@compiles(MoveBatch)
+def _move_batch_other(element: MoveBatch, compiler: Any, **kw: Any) -> str:
+    raise NotImplementedError("MoveBatch is SQL Server's move shape")

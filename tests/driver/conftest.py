@@ -1,0 +1,41 @@
+"""Storage on SQL Server, as far as the driver: the production engine with pyodbc.connect recorded."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from chokaq.settings import StorageSettings
+from chokaq.storage import Storage
+from tests.driver.recording import Recorder
+
+MSSQL_URL = "mssql+pyodbc://app:secret@sql.example/chokaq?driver=ODBC+Driver+18+for+SQL+Server"
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    import pyodbc  # a test dependency; needs libodbc (unixodbc), which .ci/run installs
+    rec = Recorder()
+    # The dialect calls pyodbc.connect(connection_string, **attrs): everything below it is ours.
+    monkeypatch.setattr(pyodbc, "connect", rec.connect)
+    return rec
+
+
+@pytest.fixture
+def mssql(recorder: Recorder) -> Iterator[Storage]:
+    """A Storage on the production mssql+pyodbc engine, initialised (SQL Server 2022), record empty."""
+    s = Storage(MSSQL_URL, settings=StorageSettings(transient_retries=0))
+    with s.engine.connect():
+        pass  # the dialect's first connect runs its start-up queries
+    if s._autocommit is not None:
+        with s._autocommit.connect():
+            pass  # and the autocommit pool's connection its once-per-connection SET LOCK_TIMEOUT
+        # Put in autocommit once, when it was made, never per statement.
+        assert [c.value for c in recorder.calls if c.kind == "autocommit"] == [True]
+    assert s.engine.dialect.server_version_info[:1] == (16,)
+    recorder.clear()
+    try:
+        yield s
+    finally:
+        s.close()

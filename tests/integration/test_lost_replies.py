@@ -1,0 +1,152 @@
+"""Storage calls whose reply is lost after the server ran them (the fault proxy's mode 1), one
+request of the transaction at a time, COMMIT included."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from sqlalchemy import func, select
+
+from chokaq.domain.models import EnqueueRequest, Lease
+from chokaq.domain.states import FailureReason
+from chokaq.settings import StorageSettings
+from chokaq.storage import Storage
+from chokaq.storage.schema import jobs_archive, jobs_hot
+from chokaq.storage.store import Completion
+from tests.faultproxy import FaultProxy
+
+Proxy = Callable[[str], FaultProxy]
+# Requests in an enqueue with a key: BEGIN, the key lookup, SAVEPOINT, INSERT, RELEASE, NOTIFY,
+# COMMIT (psycopg sends each as one request); a few more so every one of them is hit.
+REQUESTS = 9
+
+
+def stored(direct: Storage, **where: str) -> int:
+    col = next(iter(where))
+    return int(
+        direct.read(
+            lambda c: c.execute(
+                select(func.count()).select_from(jobs_hot).where(jobs_hot.c[col] == where[col])
+            ).scalar_one()
+        )
+    )
+
+
+def through(proxy: FaultProxy, pg_url: str) -> Storage:
+    """A Storage whose connections go through the proxy, connected already: the dialect's own
+    first queries are not the ones whose replies a test swallows."""
+    s = Storage(proxy.url(pg_url), settings=StorageSettings(transient_retries=5, listen_notify=False))
+    s.ping()
+    return s
+
+
+@pytest.fixture
+def direct(pg_url: str) -> Storage:
+    s = Storage(pg_url)
+    s.upgrade()
+    return s
+
+
+def test_enqueue_with_an_idempotency_key_is_stored_exactly_once_under_lost_replies(
+    pg_url: str, direct: Storage, fault_proxy: Proxy
+) -> None:
+    proxy = fault_proxy(pg_url)
+    s = through(proxy, pg_url)
+    s.enqueue(EnqueueRequest(type="warm", idempotency_key="warm"))  # the queue row exists now
+    swallowed = 0
+    for n in range(REQUESTS):
+        key = f"key-{n}"
+        done = proxy.arm_swallow(after=n)
+        job_id, _ = s.enqueue(EnqueueRequest(type="t", idempotency_key=key, tags=key))
+        swallowed += proxy.wait_swallowed(done, 0.5)
+        proxy.disarm()
+        assert stored(direct, IdempotencyKey=key) == 1, key
+        record = direct.get_job(job_id)
+        assert record is not None and record.idempotency_key == key
+    assert swallowed >= 7  # every request of the transaction, COMMIT among them, lost its reply once
+    s.close()
+
+
+def test_enqueue_without_a_key_is_stored_once_per_call(pg_url: str, direct: Storage, fault_proxy: Proxy) -> None:
+    """The call makes up the job id, so a replay after a lost COMMIT reply meets its own row and
+    returns it: one call, one job. (Only a caller that retries a call that raised can store a job
+    twice: at-least-once, see docs/reliability.md.)"""
+    proxy = fault_proxy(pg_url)
+    s = through(proxy, pg_url)
+    s.enqueue(EnqueueRequest(type="warm"))
+    swallowed = 0
+    for n in range(REQUESTS):
+        tag = f"tag-{n}"
+        done = proxy.arm_swallow(after=n)
+        job_id, created = s.enqueue(EnqueueRequest(type="t", tags=tag))
+        swallowed += proxy.wait_swallowed(done, 0.5)
+        proxy.disarm()
+        assert created and stored(direct, Tags=tag) == 1, tag
+        assert direct.get_job(job_id) is not None
+    done = proxy.arm_swallow(after=2)  # BEGIN, INSERT, then COMMIT's reply is lost
+    ids = s.enqueue_many([EnqueueRequest(type="t", tags="many") for _ in range(5)])
+    swallowed += proxy.wait_swallowed(done, 0.5)
+    proxy.disarm()
+    assert stored(direct, Tags="many") == 5 and all(direct.get_job(i) for i in ids)
+    # Mixed: a keyed job reports the id stored under its key.
+    reqs = [EnqueueRequest(type="t", tags="mixed"), EnqueueRequest(type="t", tags="mixed", idempotency_key="mk")]
+    for n in range(REQUESTS):
+        done = proxy.arm_swallow(after=n)
+        ids = s.enqueue_many(reqs)
+        swallowed += proxy.wait_swallowed(done, 0.5)
+        proxy.disarm()
+        keyed = direct.get_job(ids[1])
+        assert keyed is not None and keyed.idempotency_key == "mk"
+        assert direct.get_job(ids[0]) is not None
+    assert stored(direct, IdempotencyKey="mk") == 1 and stored(direct, Tags="mixed") == 1 + REQUESTS
+    assert swallowed >= 10
+    s.close()
+
+
+def test_a_complete_whose_reply_is_lost_is_a_success_not_a_conflict(
+    pg_url: str, direct: Storage, fault_proxy: Proxy
+) -> None:
+    proxy = fault_proxy(pg_url)
+    s = through(proxy, pg_url)
+    ids = direct.enqueue_many([EnqueueRequest(type="t") for _ in range(3)])
+    jobs = direct.fetch("w1", 3, start=True)
+    assert {j.id for j in jobs} == set(ids)
+    done = proxy.arm_swallow()
+    archived = s.complete("w1", [Completion(j.lease, 5) for j in jobs])
+    assert proxy.wait_swallowed(done, 1.0)
+    assert archived == set(ids)
+    n = direct.read(lambda c: c.execute(select(func.count()).select_from(jobs_archive)).scalar_one())
+    assert n == 3
+    s.close()
+
+
+def test_a_start_whose_reply_is_lost_hands_over_the_jobs_it_started(
+    pg_url: str, direct: Storage, fault_proxy: Proxy
+) -> None:
+    proxy = fault_proxy(pg_url)
+    s = through(proxy, pg_url)
+    direct.enqueue_many([EnqueueRequest(type="t") for _ in range(2)])
+    jobs = direct.fetch("w1", 2)
+    done = proxy.arm_swallow()
+    result = s.start("w1", jobs)
+    assert proxy.wait_swallowed(done, 1.0)
+    assert sorted(j.id for j in result.started) == sorted(j.id for j in jobs)
+    assert result.lost == [] and result.released == []
+    assert all(j.attempt_count == 1 for j in result.started)  # counted once, by the lost commit
+    s.close()
+
+
+def test_recognising_an_earlier_success_keeps_the_fence_strict(direct: Storage) -> None:
+    """Archive under w1 is w1's success only: another worker, or w1 at another attempt, conflicts."""
+    direct.enqueue_many([EnqueueRequest(type="t") for _ in range(2)])
+    first, second = direct.fetch("w1", 2, start=True)
+    assert direct.complete("w1", [Completion(first.lease, 1)]) == {first.id}
+    assert direct.complete("w1", [Completion(first.lease, 1)]) == {first.id}  # a replay: still ours
+    assert direct.complete("w2", [Completion(Lease(first.id, "w2", first.attempt_count), 1)]) == set()
+    assert direct.complete("w1", [Completion(Lease(first.id, "w1", first.attempt_count + 1), 1)]) == set()
+    # A zombie burial is not taken for our own failure.
+    assert direct.fail(second.lease, FailureReason.FATAL_ERROR, "boom") is True
+    assert direct.fail(second.lease, FailureReason.FATAL_ERROR, "boom") is True  # replay
+    assert direct.fail(second.lease, FailureReason.TIMEOUT, "other") is False
+    assert direct.fail(Lease(second.id, "w2", second.attempt_count), FailureReason.FATAL_ERROR, "boom") is False
