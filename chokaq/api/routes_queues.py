@@ -10,6 +10,7 @@ from chokaq.api.common import ERRORS, NOT_FOUND, Operator, Viewer, actor, admin_
 from chokaq.api.models import QueueListOut, QueueName, QueueOut, QueuePatchIn
 from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError, NotFoundError
+from chokaq.domain.keys import check_key
 from chokaq.domain.models import QueueInfo
 
 router = APIRouter(prefix="/api/queues", tags=["queues"])
@@ -50,6 +51,7 @@ def patch_queue(
         kw["max_workers"] = changes["max_workers"] = body.max_workers
     if not kw:
         raise JobValidationError("nothing to change: give paused, zombie_timeout_seconds or max_workers")
+    check_key("queue", name)  # a malformed name is 422 with its reason, before "no such queue"
     if not body.create and all(q.name != name for q in chokaq_app(request).storage.list_queues()):
         # A typo must not create a queue (and its audit trail) that no worker serves.
         raise NotFoundError(f"no queue {name!r}; send \"create\": true to create it")
