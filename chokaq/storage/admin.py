@@ -7,7 +7,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Select, Table, and_, delete, func, insert, or_, select, update
@@ -424,7 +424,10 @@ class AdminStore:
         time_col = t.c[TIME_COLUMN[location]]
         inside = list(conds)
         if bound is not None:
-            inside.append(or_(time_col < bound[0], and_(time_col == bound[0], t.c.Id <= bound[1])))
+            # The bound went through Python's microseconds; SQL Server keeps 100 ns. Rows within
+            # the bound's microsecond are told apart by Id, so the newest previewed job stays in.
+            upper = bound[0] + timedelta(microseconds=1)
+            inside.append(or_(time_col < bound[0], and_(time_col < upper, t.c.Id <= bound[1])))
         q: Select[Any] = select(t.c.Id).where(*inside).order_by(time_col, t.c.Id).limit(max_jobs)
         newest = c.execute(select(time_col, t.c.Id).where(*conds).order_by(time_col.desc(), t.c.Id.desc())
                            .limit(1)).first()
