@@ -292,3 +292,25 @@ def test_a_bulk_purge_refused_when_the_set_grew_after_the_preview(deck: DeckEnv,
     expect(page.get_by_test_id("flash")).to_contain_text("the 3 you confirmed")
     expect(dlq.get_by_test_id("list-total")).to_have_text("43 jobs match the filter")
     assert all(storage.get_job(i) is not None for i in [*first, *late])
+
+
+def test_a_stored_bad_payload_shows_flagged_and_stays_purgeable(deck: DeckEnv, page: Any) -> None:
+    from sqlalchemy import update
+
+    from chokaq.storage.schema import jobs_dlq
+
+    expect = _expect()
+    storage = deck.app.storage
+    (job,) = cancelled_jobs(deck, 1)
+    with storage.engine.begin() as c:  # what an older version or a hand-written UPDATE could leave
+        c.execute(update(jobs_dlq).where(jobs_dlq.c.Id == job).values(Payload='{"x": "\\udfff", "n": NaN}'))
+    page.goto(deck.url + "/deck/#/dlq")
+    row(page, "dlq", job).get_by_test_id("open-job").click()
+    insp = page.get_by_test_id("inspector")
+    expect(insp.get_by_test_id("insp-payload-invalid")).to_contain_text("not valid")
+    insp.get_by_test_id("insp-purge").click()
+    dialog = page.get_by_test_id("confirm-dialog")
+    dialog.get_by_test_id("confirm-input").fill("purge 1")
+    dialog.get_by_test_id("confirm-ok").click()
+    expect(row(page, "dlq", job)).to_have_count(0)
+    assert storage.get_job(job) is None
