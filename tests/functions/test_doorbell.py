@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import threading
 import time
 import uuid
@@ -271,15 +272,18 @@ def test_azurite_down_enqueue_succeeds_and_the_timer_drain_runs_the_job(db_url: 
 
 def test_delayed_jobs_ring_when_they_fall_due(db_url: str, azurite: Azurite) -> None:
     name = new_queue_name()
-    app = doorbell_app(db_url, name)
+    app = doorbell_app(db_url, name, interval=10.0)
     client = host_side_client(azurite, name)
     client.create_queue()
     fa = build_function_app(app, environ={**ENV, "ChokaqDoorbell": azurite.connection_string})
     bell = installed(app)
     assert bell is not None
     try:
+        # Due times in the middle of one 10 s slot, about 30 s ahead: a fixed delay=30 would put
+        # the five jobs in two slots whenever a slot boundary fell between two enqueues.
+        target = (math.ceil((bell._clock() + 30) / bell.interval) - 0.5) * bell.interval
         for n in range(5):
-            app.enqueue("ok_v1", {"n": n}, delay=30)  # same due-time slot: one ring
+            app.enqueue("ok_v1", {"n": n}, delay=target - bell._clock())  # same due-time slot: one ring
         assert bell.flush(30) and bell.sent == 1
         props = client.get_queue_properties()
         assert props.approximate_message_count == 1
