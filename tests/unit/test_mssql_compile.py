@@ -186,8 +186,8 @@ def test_worker_moves_copy_under_a_row_lock() -> None:
     move = compile_mssql(_complete_statements(0).batch)
     # Without UPDLOCK another session could move the row between the copy and the delete.
     assert (
-        "\nFROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK), (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt]"
-        in move
+        "\nFROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK), "
+        "(SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt]" in move
     )
     assert "INSERT INTO chokaq.[JobsArchive] (" in move and "OUTPUT inserted.[Id], inserted.[Queue] INTO @moved" in move
     durations = (
