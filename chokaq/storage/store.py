@@ -798,7 +798,8 @@ class Storage:
                 by_key = select(jobs_hot.c.Id).where(jobs_hot.c.IdempotencyKey == req.idempotency_key)
                 existing = c.execute(by_key).scalar()
                 if existing is not None:
-                    return existing, False
+                    # Our own id: a replay after a lost COMMIT reply meets the job this call stored.
+                    return existing, existing == job_id
                 try:
                     with c.begin_nested():
                         c.execute(stmt)
@@ -806,7 +807,7 @@ class Storage:
                     existing = c.execute(by_key).scalar()
                     if existing is None:
                         raise
-                    return existing, False
+                    return existing, existing == job_id
             self._notify(c, req.queue)
             return job_id, True
 
@@ -1005,7 +1006,14 @@ class Storage:
             return more
 
         if limited and len(claimed) < limit:
-            claimed += self.write(claim_limited, op="fetch_limited")
+            try:
+                claimed += self.write(claim_limited, op="fetch_limited")
+            except Exception:
+                if not claimed:
+                    raise
+                # The main claim has committed: raising now would strand its jobs Fetched or
+                # Processing under this worker with nobody holding them. Start what it got.
+                log.warning("claim of queues with MaxWorkers failed; keeping the main claim's jobs", exc_info=True)
         # RETURNING / OUTPUT rows come in no particular order; the buffer starts them in claim order.
         claimed.sort(key=lambda j: (-(j.priority or 0), j.scheduled_at_utc or 0, j.created_at_utc or 0))
         return claimed
@@ -1027,8 +1035,30 @@ class Storage:
             return list(c.execute(stmt, params))
 
         by_id = {j.id: j for j in jobs}
-        started = []
+        # The new state of each started job, written to the caller's records only once the whole
+        # call has succeeded: a follow-up read or release that fails sends the batch back to the
+        # worker's buffer, and records already saying Processing at the next attempt would then
+        # fence the retried start out (the job stranded Processing, never run).
+        fresh: dict[str, tuple[int, Any, Any, Any, bool]] = {}
         for job_id, attempt, started_at, heartbeat, updated, zombie_retry in self.write_one(work, op="start"):
+            fresh[job_id] = (attempt, started_at, heartbeat, updated, bool(zombie_retry))
+        rest = [lease for lease in leases if lease.job_id not in fresh]
+        if rest:
+            # A replay after a lost reply finds its own start done: Processing under this worker at
+            # the next attempt. Nobody ran them; they start now, attempt counted once.
+            for row in self._started_by(worker_id, rest):
+                fresh[row.id] = (
+                    row.attempt_count,
+                    row.started_at_utc,
+                    row.heartbeat_utc,
+                    row.last_updated_utc,
+                    bool(row.zombie_retry),
+                )
+            rest = [lease for lease in rest if lease.job_id not in fresh]
+        released = self.release(worker_id, rest) if rest else []
+        lost = [lease.job_id for lease in rest if lease.job_id not in set(released)]
+        started = []
+        for job_id, (attempt, started_at, heartbeat, updated, zombie_retry) in fresh.items():
             # Updated in place: the caller's records are its own fetched copies.
             job = by_id[job_id]
             job.status = JobStatus.PROCESSING
@@ -1036,23 +1066,8 @@ class Storage:
             job.started_at_utc = started_at
             job.heartbeat_utc = heartbeat
             job.last_updated_utc = updated
-            job.zombie_retry = bool(zombie_retry)
+            job.zombie_retry = zombie_retry
             started.append(job)
-        got = {j.id for j in started}
-        rest = [lease for lease in leases if lease.job_id not in got]
-        if rest:
-            # A replay after a lost reply finds its own start done: Processing under this worker at
-            # the next attempt. Nobody ran them; they start now, attempt counted once.
-            for row in self._started_by(worker_id, rest):
-                job = by_id[row.id]
-                job.status, job.attempt_count = JobStatus.PROCESSING, row.attempt_count
-                job.started_at_utc, job.heartbeat_utc = row.started_at_utc, row.heartbeat_utc
-                job.last_updated_utc, job.zombie_retry = row.last_updated_utc, row.zombie_retry
-                started.append(job)
-                got.add(job.id)
-            rest = [lease for lease in rest if lease.job_id not in got]
-        released = self.release(worker_id, rest) if rest else []
-        lost = [lease.job_id for lease in rest if lease.job_id not in set(released)]
         return StartResult(started, released, lost)
 
     def _started_by(self, worker_id: str, leases: Sequence[Lease]) -> list[JobRecord]:

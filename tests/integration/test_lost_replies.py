@@ -58,10 +58,12 @@ def test_enqueue_with_an_idempotency_key_is_stored_exactly_once_under_lost_repli
     for n in range(REQUESTS):
         key = f"key-{n}"
         done = proxy.arm_swallow(after=n)
-        job_id, _ = s.enqueue(EnqueueRequest(type="t", idempotency_key=key, tags=key))
+        job_id, created = s.enqueue(EnqueueRequest(type="t", idempotency_key=key, tags=key))
         swallowed += proxy.wait_swallowed(done, 0.5)
         proxy.disarm()
         assert stored(direct, IdempotencyKey=key) == 1, key
+        # A new key: created, even when the replay met the job its own lost COMMIT stored.
+        assert created, key
         record = direct.get_job(job_id)
         assert record is not None and record.idempotency_key == key
     assert swallowed >= 7  # every request of the transaction, COMMIT among them, lost its reply once
