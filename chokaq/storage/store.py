@@ -52,7 +52,7 @@ from chokaq.domain.models import EnqueueRequest, JobRecord, Lease, QueueInfo, Qu
 from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.settings import StorageSettings
 from chokaq.storage.engine import build_engine, is_transient
-from chokaq.storage.lookup import get_job_statement, record_from_union
+from chokaq.storage.lookup import get_job_statement, record_from_union, stored_ids_statement
 from chokaq.storage.mssql_shapes import CteUpdate, MoveBatch, lease_rowset
 from chokaq.storage.records import hot_record
 from chokaq.storage.schema import SCHEMA, jobs_archive, jobs_dlq, jobs_hot, queues, stats_summary
@@ -650,6 +650,7 @@ class Storage:
 
     def _retrying(self, once: Callable[[], T], *, op: str) -> T:
         attempts = self.settings.transient_retries
+        self._local.replaying = False
         for attempt in range(attempts + 1):
             self._local.sent = False
             try:
@@ -661,6 +662,7 @@ class Storage:
                     # The connection died under a write: it may have committed, and the reply was
                     # lost. The replay cannot tell; callers that care reconcile (see ambiguity()).
                     self._local.ambiguous = True
+                    self._local.replaying = True  # the attempts after this one: see _replaying
                 if attempt >= attempts or not is_transient(exc):
                     raise
                 delay = min(0.05 * (2**attempt), 2.0) * (0.5 + random.random())
@@ -685,6 +687,15 @@ class Storage:
         finally:
             seen.ambiguous = bool(getattr(self._local, "ambiguous", False))
             self._local.ambiguous = False
+
+    def _replaying(self) -> bool:
+        """Inside a transaction function: an earlier attempt of this same call failed in a way that
+        may have committed (see _retrying). Only enqueues ask: they must not store twice."""
+        return bool(getattr(self._local, "replaying", False))
+
+    def _stored(self, c: Connection, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` are stored, in any of the three tables (one statement)."""
+        return {r[0] for r in c.execute(stored_ids_statement(), {"stored_ids": list(ids)})}
 
     def on_enqueue(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` after this process commits new Pending work. Returns an unsubscriber."""
@@ -768,12 +779,19 @@ class Storage:
             conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, queue)))
 
     # ------------------------------------------------------------------ enqueue
-    def enqueue(self, req: EnqueueRequest, *, conn: Connection | None = None) -> tuple[str, bool]:
+    def enqueue(
+        self, req: EnqueueRequest, *, conn: Connection | None = None, job_id: str | None = None
+    ) -> tuple[str, bool]:
         """Store a job. Returns ``(id, created)``; a live duplicate idempotency key returns the
-        existing id with ``created=False``. With ``conn`` the job joins the caller's transaction."""
-        job_id = new_job_id()
+        existing id with ``created=False``. With ``conn`` the job joins the caller's transaction.
+        ``job_id``: the id to store it under (made up here when not given)."""
+        job_id = job_id or new_job_id()
 
         def work(c: Connection) -> tuple[str, bool]:
+            if conn is None and self._replaying() and self._stored(c, [job_id]):
+                # The first attempt committed and its reply was lost; the job may have run and
+                # left JobsHot since, so inserting again could store it twice.
+                return job_id, True
             self.ensure_queue(c, req.queue)
             stmt = insert(jobs_hot).values(
                 Id=job_id,
@@ -867,15 +885,22 @@ class Storage:
         if self.dialect == "mssql":
             stmt = stmt.returning(jobs_hot.c.Id)
 
+        # Per batch, what its last attempt answered for keyed jobs (the existing id under a key).
+        keyed: dict[int, str] = {}
+
         def batch(start: int) -> Callable[[Connection], list[str]]:
             def work(c: Connection) -> list[str]:
                 part = reqs[start : start + size]
                 out = ids[start : start + size]
+                if self._replaying() and self._stored(c, out):
+                    # One transaction per batch: any of its ids stored means the attempt whose
+                    # reply was lost committed all of it (its jobs may have run and moved on since).
+                    return [keyed.get(start + i, job_id) for i, job_id in enumerate(out)]
                 rows = []
                 for i, r in enumerate(part):
                     self.ensure_queue(c, r.queue)
                     if r.idempotency_key is not None:
-                        out[i] = self.enqueue(r, conn=c)[0]
+                        out[i] = keyed[start + i] = self.enqueue(r, conn=c, job_id=out[i])[0]
                         continue
                     rows.append(
                         {
