@@ -230,3 +230,79 @@ def _lookup_sqlite(element: lookup_int, compiler: Any, **kw: Any) -> str:
 @compiles(lookup_int)
 def _lookup_default(element: lookup_int, compiler: Any, **kw: Any) -> str:
     raise NotImplementedError(f"lookup_int is not implemented for {compiler.dialect.name}")
+
+
+# ---------------------------------------------------------------------------- time arithmetic
+# The history charts group rows by time bucket in the database. Each dialect spells "how long
+# from A to B" differently; these two constructs keep history.py dialect-neutral.
+
+
+class whole_seconds_since(FunctionElement[int]):
+    """Whole seconds from ``start`` (a bound UTC datetime on a whole second) to ``column``,
+    counted exactly (integer arithmetic, no floating day fractions), for rows at or after
+    ``start``: bucket numbers come from integer division of this."""
+
+    type = BigInteger()
+    inherit_cache = True
+
+    def __init__(self, column: ColumnElement[Any], start: ColumnElement[Any]) -> None:
+        super().__init__(column, start)
+
+
+@compiles(whole_seconds_since, "postgresql")
+def _since_pg(element: whole_seconds_since, compiler: Any, **kw: Any) -> str:
+    col, start, _ = _pair(element, compiler, **kw)
+    return f"CAST(FLOOR(EXTRACT(EPOCH FROM ({col} - {start}))) AS BIGINT)"
+
+
+@compiles(whole_seconds_since, "mssql")
+def _since_mssql(element: whole_seconds_since, compiler: Any, **kw: Any) -> str:
+    # DATEDIFF counts second boundaries crossed: from a whole-second start that is the floor.
+    col, start, _ = _pair(element, compiler, **kw)
+    return f"DATEDIFF_BIG(SECOND, {start}, {col})"
+
+
+@compiles(whole_seconds_since, "sqlite")
+def _since_sqlite(element: whole_seconds_since, compiler: Any, **kw: Any) -> str:
+    # strftime('%s') is integer epoch seconds: exact at bucket edges, where julianday() floats
+    # could put a row stamped on the edge into the bucket before.
+    col, start, _ = _pair(element, compiler, **kw)
+    return f"(CAST(strftime('%s', {col}) AS INTEGER) - CAST(strftime('%s', {start}) AS INTEGER))"
+
+
+@compiles(whole_seconds_since)
+def _since_default(element: whole_seconds_since, compiler: Any, **kw: Any) -> str:
+    raise NotImplementedError(f"whole_seconds_since is not implemented for {compiler.dialect.name}")
+
+
+class millis_between(FunctionElement[float]):
+    """Milliseconds from column ``a`` to column ``b`` (NULL when either is NULL)."""
+
+    type = Float()
+    inherit_cache = True
+
+    def __init__(self, a: ColumnElement[Any], b: ColumnElement[Any]) -> None:
+        super().__init__(a, b)
+
+
+@compiles(millis_between, "postgresql")
+def _millis_pg(element: millis_between, compiler: Any, **kw: Any) -> str:
+    a, b, _ = _pair(element, compiler, **kw)
+    return f"(EXTRACT(EPOCH FROM ({b} - {a})) * 1000)"
+
+
+@compiles(millis_between, "mssql")
+def _millis_mssql(element: millis_between, compiler: Any, **kw: Any) -> str:
+    a, b, _ = _pair(element, compiler, **kw)
+    return f"CAST(DATEDIFF_BIG(MILLISECOND, {a}, {b}) AS FLOAT)"
+
+
+@compiles(millis_between, "sqlite")
+def _millis_sqlite(element: millis_between, compiler: Any, **kw: Any) -> str:
+    a, b, _ = _pair(element, compiler, **kw)
+    return f"((julianday({b}) - julianday({a})) * 86400000.0)"
+
+
+@compiles(millis_between)
+def _millis_default(element: millis_between, compiler: Any, **kw: Any) -> str:
+    raise NotImplementedError(f"millis_between is not implemented for {compiler.dialect.name}")
