@@ -1011,8 +1011,21 @@ function renderInspector(replaceEditor) {
   const auditRows = insp.audit ? insp.audit.items.map((a) => h("tr", {}, td(fmtTime(a.at_utc), "nowrap"),
     td(`${a.actor} (${a.role})`), td(a.action, "mono"), td(auditDetails(a), "small"))) : [];
 
+  const z = job.zombie;
+  const zombieSec = z ? h("section", { class: "insp-sec", testid: "insp-zombie" },
+    h("h3", {}, "Zombie: why it was rescued"),
+    h("dl", { class: "facts" },
+      field("Last heartbeat", z.last_heartbeat_utc ? fmtTime(z.last_heartbeat_utc) : "none before it died", "insp-z-heartbeat"),
+      field("Silent for", z.silent_seconds === null ? "–"
+        : `${fmtDuration(z.silent_seconds)} (timeout ${fmtDuration(z.timeout_seconds)}, ` +
+          `${z.timeout_source === "queue" ? "the queue's override" : "the default"})`, "insp-z-silent"),
+      field("Held by worker", z.worker_id || "–", "insp-z-worker", "mono"),
+      field("Handler idempotent", z.handler_idempotent === null ? "unknown (no handler for this type here)"
+        : z.handler_idempotent ? (z.handler_retries_zombies ? "yes; its zombies are retried, not dead-lettered"
+          : "yes (it did not ask for zombie retries)") : "no: resurrecting may run it twice", "insp-z-idempotent"))) : null;
+
   const sections = [
-    head, msg, facts,
+    head, msg, facts, zombieSec,
     job.error_details || job.location === "dlq" ? h("section", { class: "insp-sec" },
       h("h3", {}, "Error details"),
       h("pre", { class: "code error-details", tabindex: "0", testid: "insp-error", "aria-label": "Error details" },
