@@ -274,6 +274,8 @@ def test_history_statements_compile_for_sql_server() -> None:
         assert "DATEDIFF_BIG(SECOND, :h_start, chokaq.[JobsArchive].[FinishedAtUtc]) / :h_size AS bucket" in a_sql
         wait = "DATEDIFF_BIG(MILLISECOND, chokaq.[JobsArchive].[CreatedAtUtc], chokaq.[JobsArchive].[StartedAtUtc])"
         assert wait in a_sql
+        # The wait's histogram bin: one LOG10 per row, five bins per decade, capped.
+        assert "ELSE CAST(FLOOR(LOG10(" in a_sql and ") * 5) AS INT) + 1 END" in a_sql and "THEN 41" in a_sql
         assert "DATEDIFF_BIG(SECOND, :h_start, chokaq.[JobsDLQ].[FailedAtUtc]) / :h_size AS bucket" in d_sql
         assert a_sql.rstrip().endswith("AS h GROUP BY h.bucket, h.wait_bin")
         assert d_sql.rstrip().endswith("AS h GROUP BY h.bucket, h.reason")

@@ -232,6 +232,10 @@ export class HistoryPanel {
     window.addEventListener("resize", this.onResize);
   }
 
+  destroy() {
+    window.removeEventListener("resize", this.onResize);
+  }
+
   update(hist) {
     if (!window.uPlot) throw new Error("uPlot did not load (vendor/uplot)");
     this.hist = hist;

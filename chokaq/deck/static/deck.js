@@ -376,6 +376,7 @@ async function loadQueues() {
   if (state.queueFocus) {
     $('[data-testid="queue-history-name"]').textContent = state.queueFocus;
     if (state.panels["queue-history"] && state.panels["queue-history"].queue !== state.queueFocus) {
+      state.panels["queue-history"].destroy();
       delete state.panels["queue-history"];
     }
     await loadHistory("queue-history", state.queueFocus);
