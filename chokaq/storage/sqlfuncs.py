@@ -174,14 +174,30 @@ def _in_list_pg(element: in_list, compiler: Any, **kw: Any) -> str:
     return f"{col} = ANY({param})"
 
 
+def mssql_type_and_collation(dialect: Dialect, type_: TypeEngine[Any]) -> tuple[str, str]:
+    """``("VARCHAR(50)", " COLLATE Latin1_General_100_BIN2")``: a column type as SQL Server declares
+    it, split from its collation clause ("" when it has none).
+
+    chokaq's key types render their collation only in a column definition (``type_expression`` a
+    Column), so one is made up here. A CAST takes no COLLATE, but its result and OPENJSON's columns
+    are implicit collation labels of the database default: compared with a BIN2 key column, two
+    implicit labels that differ are Msg 468. An explicit ``COLLATE`` after the CAST settles it.
+    """
+    from sqlalchemy import Column  # the schema module's Column; local to keep this module light
+
+    full = str(dialect.type_compiler_instance.process(type_, type_expression=Column("x", type_)))
+    match = re.search(r"\s+COLLATE\s+\S+", full)
+    return (full[: match.start()] + full[match.end() :], match.group(0)) if match else (full, "")
+
+
 @compiles(in_list, "mssql")
 def _in_list_mssql(element: in_list, compiler: Any, **kw: Any) -> str:
     col, param, column = _pair(element, compiler, **kw)
-    # OPENJSON yields NVARCHAR(MAX); cast to the column's own type or the seek becomes a scan.
-    # CAST takes no COLLATE: the column's own collation decides the comparison.
-    sqltype = re.sub(r"\s+COLLATE\s+\S+", "", compiler.dialect.type_compiler_instance.process(column.type))
+    # OPENJSON yields NVARCHAR(MAX); cast to the column's own type or the seek becomes a scan, and
+    # to its collation, or a BIN2 key column cannot be compared with it (see above).
+    sqltype, collate = mssql_type_and_collation(compiler.dialect, column.type)
     # The parameter is cast too: OPENJSON(?) alone leaves its type for the server to guess.
-    return f"{col} IN (SELECT CAST([value] AS {sqltype}) FROM OPENJSON(CAST({param} AS NVARCHAR(max))))"
+    return f"{col} IN (SELECT CAST([value] AS {sqltype}){collate} FROM OPENJSON(CAST({param} AS NVARCHAR(max))))"
 
 
 @compiles(in_list, "sqlite")
