@@ -272,3 +272,28 @@ def test_the_real_tables_key_collation_reaches_the_table_variable() -> None:
         "DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, "
         "[Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2)" in batch
     ), batch
+
+
+def test_history_statements_compile_for_sql_server() -> None:
+    # The Deck's history charts: bucket by whole seconds (DATEDIFF_BIG), wait in ms, grouped by
+    # the derived table's columns (SQL Server refuses GROUP BY an alias, and repeated "?" in a
+    # GROUP BY expression would not match the SELECT list's).
+    from chokaq.storage.history import history_statements
+
+    for queue in (None, "q"):
+        archive, dlq = history_statements(queue)
+        a_sql, d_sql = compile_mssql(archive), compile_mssql(dlq)
+        assert "DATEDIFF_BIG(SECOND, :h_start, chokaq.[JobsArchive].[FinishedAtUtc]) / :h_size AS bucket" in a_sql
+        wait = "DATEDIFF_BIG(MILLISECOND, chokaq.[JobsArchive].[CreatedAtUtc], chokaq.[JobsArchive].[StartedAtUtc])"
+        assert wait in a_sql
+        # The wait's histogram bin: one LOG10 per row, five bins per decade, capped.
+        assert "ELSE CAST(FLOOR(LOG10(" in a_sql and ") * 5) AS INT) + 1 END" in a_sql and "THEN 41" in a_sql
+        assert "DATEDIFF_BIG(SECOND, :h_start, chokaq.[JobsDLQ].[FailedAtUtc]) / :h_size AS bucket" in d_sql
+        assert a_sql.rstrip().endswith("AS h GROUP BY h.bucket, h.wait_bin")
+        assert d_sql.rstrip().endswith("AS h GROUP BY h.bucket, h.reason")
+        # Sargable range on the indexed time column; no function wraps it in the WHERE clause.
+        assert "[FinishedAtUtc] >= :h_start AND chokaq.[JobsArchive].[FinishedAtUtc] < :h_end" in a_sql
+        assert "[FailedAtUtc] >= :h_start AND chokaq.[JobsDLQ].[FailedAtUtc] < :h_end" in d_sql
+        assert ("[Queue] = :h_queue" in a_sql) is (queue is not None)
+        for sql in (a_sql, d_sql):
+            assert "strftime" not in sql and "EXTRACT" not in sql and "julianday" not in sql and "LIMIT" not in sql
