@@ -110,6 +110,10 @@ class RequestGate:
         if length > self.max_body:
             raise Refusal(413, "too_large", f"the request body is {length} bytes; the limit is {self.max_body}")
         has_body = length > 0 or chunked
+        if has_body and scope.get("path", "") in PUBLIC:
+            # The one route anyone may call takes no body: reading one for an anonymous caller
+            # would let it make the server buffer up to the limit per request.
+            raise Refusal(413, "too_large", "this endpoint takes no request body")
         if (has_body or method in MUTATING) and scope.get("path", "") not in PUBLIC:
             try:
                 self.authenticator.identify(Request(scope))

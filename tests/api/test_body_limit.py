@@ -35,6 +35,15 @@ def test_declared_length_over_the_limit_is_413_for_everyone(client: TestClient) 
         assert r.json()["error"] == "too_large" and str(limits.MAX_REQUEST_BYTES) in r.json()["detail"]
 
 
+def test_the_public_health_check_reads_no_body(client: TestClient) -> None:
+    """Anonymous callers may reach /api/health, so it must not buffer a body for them."""
+    assert client.get("/api/health").status_code == 200
+    for body in (b"x" * 1000, iter([b"x" * 1000])):  # declared length, then chunked
+        r = client.request("GET", "/api/health", content=body)
+        assert r.status_code == 413, r.text
+        assert r.json()["error"] == "too_large"
+
+
 def test_chunked_body_is_counted_while_it_streams(client: TestClient) -> None:
     def body() -> Iterator[bytes]:
         yield b'{"type": "t", "payload": "'
