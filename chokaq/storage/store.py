@@ -609,6 +609,9 @@ class Storage:
         # After-commit announcers for other processes (the Functions doorbell): see add_announcer.
         self._announcers: list[Callable[[Mapping[str, float] | None], None]] = []
         self._local = threading.local()  # per-call ambiguity, see _retrying
+        # (op, job id, attempt) of retry/reschedule calls that raised after a write that may have
+        # committed: a later call for them may recognise its own success (see _unheard_move).
+        self._unheard: set[tuple[str, str, int]] = set()
 
     # ------------------------------------------------------------------ transactions
     def close(self) -> None:
@@ -687,6 +690,37 @@ class Storage:
         finally:
             seen.ambiguous = bool(getattr(self._local, "ambiguous", False))
             self._local.ambiguous = False
+
+    @contextlib.contextmanager
+    def _watch(self) -> Iterator[Ambiguity]:
+        """Like :meth:`ambiguity`, for one storage call, but nested: an enclosing ``ambiguity()``
+        block still learns what happened inside."""
+        outer = bool(getattr(self._local, "ambiguous", False))
+        self._local.ambiguous = False
+        seen = Ambiguity()
+        try:
+            yield seen
+        finally:
+            seen.ambiguous = bool(getattr(self._local, "ambiguous", False))
+            self._local.ambiguous = outer or seen.ambiguous
+
+    def _unheard_move(self, op: str, leases: Sequence[Lease], run: Callable[[], T]) -> tuple[T, bool]:
+        """Run a move; also say whether its rows may have moved by an earlier try of it whose reply
+        was lost: in this call, or in an earlier call for the same leases that raised so. Only
+        then may the caller take "already where the move puts it" for its own success: a job that
+        looks so for another reason (the sweep retried it as a zombie, an operator resurrected it)
+        was lost by this worker, and that stays a conflict."""
+        keys = [(op, lease.job_id, lease.attempt) for lease in leases]
+        try:
+            with self._watch() as seen:
+                result = run()
+        except Exception:
+            if seen.ambiguous:  # set when the block is left, exception or not
+                self._unheard.update(keys)
+            raise
+        earlier = any(k in self._unheard for k in keys)
+        self._unheard.difference_update(keys)
+        return result, seen.ambiguous or earlier
 
     def _replaying(self) -> bool:
         """Inside a transaction function: an earlier attempt of this same call failed in a way that
@@ -1225,7 +1259,8 @@ class Storage:
             self.bump_stats(c, "RetriedTotal", Counter(r[0] for r in rows))
             return bool(rows)
 
-        return self.write(work, op="retry") or bool(self._already(jobs_hot, [lease], back_to_pending=0))
+        ok, unheard = self._unheard_move("retry", [lease], lambda: self.write(work, op="retry"))
+        return ok or (unheard and bool(self._already(jobs_hot, [lease], back_to_pending=0)))
 
     def reschedule(self, worker_id: str, leases: Sequence[Lease]) -> list[str]:
         """Processing -> Pending for handlers that stopped on shutdown; the attempt is given back."""
@@ -1251,9 +1286,11 @@ class Storage:
             ).all()
             return [r[0] for r in rows]
 
-        moved = self.write(work, op="reschedule")
+        moved, unheard = self._unheard_move("reschedule", leases, lambda: self.write(work, op="reschedule"))
         missing = [lease for lease in leases if lease.job_id not in set(moved)]
-        return moved + sorted(self._already(jobs_hot, missing, back_to_pending=1)) if missing else moved
+        if not (missing and unheard):
+            return moved
+        return moved + sorted(self._already(jobs_hot, missing, back_to_pending=1))
 
     def _already(
         self,

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from chokaq.domain.models import EnqueueRequest, Lease
-from chokaq.domain.states import FailureReason
+from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.settings import StorageSettings
 from chokaq.storage import Storage
 from chokaq.storage.schema import jobs_archive, jobs_hot
@@ -207,3 +207,48 @@ def test_recognising_an_earlier_success_keeps_the_fence_strict(direct: Storage) 
     assert direct.fail(second.lease, FailureReason.FATAL_ERROR, "boom") is True  # replay
     assert direct.fail(second.lease, FailureReason.TIMEOUT, "other") is False
     assert direct.fail(Lease(second.id, "w2", second.attempt_count), FailureReason.FATAL_ERROR, "boom") is False
+
+
+def test_a_job_the_sweep_retried_is_not_taken_for_our_own_retry(direct: Storage) -> None:
+    """The sweep's zombie retry leaves the job as a worker's retry would (Pending, no owner, same
+    attempt); without a lost reply behind it, a late retry by the worker that lost it conflicts."""
+    direct.enqueue(EnqueueRequest(type="safe"))
+    (job,) = direct.fetch("w1", 1, start=True, zombie_retry_types={"safe"})
+    swept = direct.sweep(fetched_timeout=60, zombie_timeout=-1, max_attempts=5)  # every heartbeat expired
+    assert swept.retried_zombies == 1
+    assert direct.retry(job.lease, 30) is False
+    assert direct.reschedule("w1", [job.lease]) == []
+
+
+def test_a_retry_whose_reply_was_lost_is_recognised_in_a_later_call(
+    pg_url: str, direct: Storage, fault_proxy: Proxy
+) -> None:
+    """A retry that raised after its COMMIT may have landed: the worker calls again later, and
+    that call counts the job where its first try put it as done, not as a conflict."""
+    proxy = fault_proxy(pg_url)
+    s = Storage(proxy.url(pg_url), settings=StorageSettings(transient_retries=0, listen_notify=False))
+    s.ping()
+    recognised = 0
+    for n in range(REQUESTS):
+        direct.enqueue(EnqueueRequest(type="t", tags=f"r{n}"))
+        (job,) = direct.fetch("w1", 1, start=True)
+        done = proxy.arm_swallow(after=n)
+        try:
+            first: bool | None = s.retry(job.lease, 30)
+        except Exception:
+            first = None  # no replays: the lost reply surfaced as an error
+        swallowed = proxy.wait_swallowed(done, 0.5)
+        proxy.disarm()
+        if not swallowed:
+            assert first is True
+            continue
+        row = direct.get_job(job.id)
+        assert row is not None
+        if row.status == JobStatus.PENDING:  # the first try committed, unheard
+            assert s.retry(job.lease, 30) is True, n
+            recognised += 1
+        else:  # it did not: the job is still ours and Processing, and a new try moves it
+            assert s.retry(job.lease, 30) is True, n
+        direct.write(lambda c, i=job.id: c.execute(jobs_hot.delete().where(jobs_hot.c.Id == i)))
+    assert recognised >= 1
+    s.close()
