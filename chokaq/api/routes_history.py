@@ -36,9 +36,9 @@ class HistoryOut(BaseModel):
     queue: str | None
     reasons: list[str] = Field(description="every FailureReason label, in code order (the chart's stack order)")
     wait_basis: str = Field(
-        description="started_minus_created: the archive keeps no due time, so wait is start minus enqueue time "
-                    "(includes a requested delay); percentiles come from a log-binned histogram, "
-                    "interpolated inside the bin")
+        description="started_minus_due: wait is start minus the time the last attempt fell due (jobs "
+                    "archived before migration 4: minus the enqueue time); percentiles come from a "
+                    "log-binned histogram, interpolated inside the bin")
     archive_oldest_utc: str | None = Field(
         description="the oldest archived job still held: history before it was purged by retention")
     buckets: list[BucketOut]

@@ -16,10 +16,9 @@ buckets x bins rows whatever the row count, and p50/p95 are read from that histo
 interpolated linearly inside the bin that holds the rank (as Prometheus' histogram_quantile
 does). The error is bounded by that bin's width (edges 10**0.2, i.e. ~1.58x, apart).
 
-Queue wait. The archive keeps CreatedAtUtc and StartedAtUtc but not the due time
-(ScheduledAtUtc lives only in JobsHot), so the wait measured is start minus enqueue time. For a
-delayed job it includes the requested delay; for a retried job it runs from the first enqueue to
-the last attempt's start.
+Queue wait. Start minus due time: JobsArchive.ScheduledAtUtc, copied from JobsHot (migration 4),
+is when the last attempt fell due, so a requested delay or a retry's backoff is not counted as
+waiting. Jobs archived before migration 4 have no due time and fall back to their enqueue time.
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ WINDOWS: dict[str, tuple[int, int]] = {
     "24h": (900, 96),
     "7d": (3600, 168),
 }
-WAIT_BASIS = "started_minus_created"
+WAIT_BASIS = "started_minus_due"
 
 # Upper edges of the wait-time bins, in ms: five log-uniform bins per decade from 1 ms. Bin 0 holds
 # waits under 1 ms, bin i holds [EDGES[i-1], EDGES[i]), the top bin everything from 10**8 ms.
@@ -129,7 +128,7 @@ def history_statements(queue: str | None) -> tuple[Any, Any]:
     end = bindparam("h_end", type_=DateTime())
     size = bindparam("h_size", type_=Integer())
     a = jobs_archive.c
-    wait_ms = millis_between(a.CreatedAtUtc, a.StartedAtUtc)
+    wait_ms = millis_between(func.coalesce(a.ScheduledAtUtc, a.CreatedAtUtc), a.StartedAtUtc)
     inner_a = select(
         (whole_seconds_since(a.FinishedAtUtc, start) // size).label("bucket"),
         case((a.StartedAtUtc.is_(None), null()), else_=wait_bin(wait_ms)).label("wait_bin"),

@@ -26,7 +26,7 @@ from sqlalchemy.dialects import mssql, postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.schema import CreateIndex, CreateSchema, CreateTable, DropIndex
 
-from chokaq.storage.schema import SCHEMA, jobs_hot, metadata, schema_migrations
+from chokaq.storage.schema import SCHEMA, jobs_archive, jobs_hot, metadata, schema_migrations
 from chokaq.storage.sqlfuncs import utcnow
 
 LOCK_NAME = "chokaq.migrations"
@@ -58,10 +58,33 @@ def _v3_unicode_keys(conn: Connection) -> None:
         upgrade_keys_and_text(conn)
 
 
+def _v4_archive_due_time(conn: Connection) -> None:
+    # The history's queue wait is start minus due time; the archive kept only the enqueue time,
+    # which counts a requested delay as waiting. A nullable column: older rows fall back.
+    # Step 1 may just have created it from the current definitions, hence "if missing".
+    name = conn.dialect.name
+    prep = conn.dialect.identifier_preparer
+    column = jobs_archive.c.ScheduledAtUtc
+    definition = f"{prep.quote(column.name)} {column.type.compile(conn.dialect)} NULL"
+    if name == "sqlite":
+        if column.name not in {c["name"] for c in inspect(conn).get_columns(jobs_archive.name)}:
+            conn.execute(text(f"ALTER TABLE {prep.quote(jobs_archive.name)} ADD COLUMN {definition}"))
+        return
+    table = f"{prep.quote_schema(SCHEMA)}.{prep.quote(jobs_archive.name)}"
+    if name == "mssql":
+        conn.execute(
+            text(f"IF COL_LENGTH('{SCHEMA}.{jobs_archive.name}', '{column.name}') IS NULL "
+                 f"ALTER TABLE {table} ADD {definition}")
+        )
+    else:
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {definition}"))
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial", _v1_initial),
     (2, "drop IX_JobsHot_Worker", _v2_drop_worker_index),
     (3, "SQL Server: NVARCHAR text, binary-collation keys", _v3_unicode_keys),
+    (4, "JobsArchive.ScheduledAtUtc (queue wait from the due time)", _v4_archive_due_time),
 ]
 
 

@@ -196,6 +196,9 @@ jobs_archive = Table(
     Column("StartedAtUtc", UtcTime),
     Column("FinishedAtUtc", UtcTime, nullable=False),
     Column("DurationMs", BigInteger),
+    # When the last attempt was due (copied from JobsHot): queue wait is StartedAtUtc minus this.
+    # NULL for jobs archived before migration 4.
+    Column("ScheduledAtUtc", UtcTime),
     info={SEQUENTIAL_KEY: True},
 )
 Index("IX_JobsArchive_FinishedAt", jobs_archive.c.FinishedAtUtc)

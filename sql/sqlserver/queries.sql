@@ -64,8 +64,8 @@ SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, [Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2);
 BEGIN TRANSACTION;
-INSERT INTO chokaq.[JobsArchive] ([Id], [Queue], [Type], [Payload], [Tags], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [StartedAtUtc], [FinishedAtUtc], [DurationMs]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
-SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], SYSUTCDATETIME() AS anon_1, CAST(JSON_VALUE(CAST(:durations AS NVARCHAR(max)), CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT) AS anon_2
+INSERT INTO chokaq.[JobsArchive] ([Id], [Queue], [Type], [Payload], [Tags], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [StartedAtUtc], [FinishedAtUtc], [DurationMs], [ScheduledAtUtc]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
+SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], SYSUTCDATETIME() AS anon_1, CAST(JSON_VALUE(CAST(:durations AS NVARCHAR(max)), CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT) AS anon_2, chokaq.[JobsHot].[ScheduledAtUtc]
 FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK), (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease
 WHERE chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt] AND chokaq.[JobsHot].[Status] + 0 = 2 AND chokaq.[JobsHot].[WorkerId] = :fence_worker;
 DELETE h FROM chokaq.[JobsHot] AS h JOIN @moved AS m ON m.[Id] = h.[Id];

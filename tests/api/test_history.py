@@ -79,7 +79,7 @@ def test_bucket_counts_equal_the_rows_placed_in_each_bucket(app: ChokaQ, client:
     assert got[edge(35)]["failed"] == {"FatalError": 1}
     assert sum(b["failed_total"] for b in body["buckets"]) == 6  # the old zombie is outside
     assert got[edge(10)]["mean_duration_ms"] == 10
-    assert "Zombie" in body["reasons"] and body["wait_basis"] == "started_minus_created"
+    assert "Zombie" in body["reasons"] and body["wait_basis"] == "started_minus_due"
     assert body["archive_oldest_utc"] is not None
 
     only = client.get("/api/stats/history", params={"window": "1h", "queue": "other"}, headers=VIEWER).json()
@@ -108,6 +108,24 @@ def test_wait_percentiles_and_mean_duration_per_bucket(app: ChokaQ, client: Test
     assert b["mean_duration_ms"] == (18 * 20 + 2 * 200) / 20
     others = [x for x in body["buckets"] if x is not b]
     assert all(x["wait_p50_ms"] is None and x["succeeded"] == 0 for x in others)
+
+
+def test_wait_runs_from_the_due_time_not_the_enqueue_time(app: ChokaQ, client: TestClient) -> None:
+    """A job delayed by a minute that started 150 ms after it fell due waited 150 ms, not 60 s."""
+    first = client.get("/api/stats/history", params={"window": "6h"}, headers=VIEWER).json()
+    size = first["bucket_seconds"]
+    at = _parse(first["start_utc"]) + timedelta(seconds=size * 30 + 10)
+    rows = []
+    for _ in range(10):
+        row = archived(at, wait_ms=60_150, duration_ms=20)  # enqueued 60.15 s before it started
+        row["ScheduledAtUtc"] = row["StartedAtUtc"] - timedelta(milliseconds=150)  # due 150 ms before
+        rows.append(row)
+    seed(app, rows, [])
+    body = client.get("/api/stats/history", params={"window": "6h"}, headers=VIEWER).json()
+    span = timedelta(seconds=size)
+    b = next(b for b in body["buckets"] if _parse(b["start_utc"]) <= at < _parse(b["start_utc"]) + span)
+    assert b["waits_measured"] == 10
+    assert 100 <= b["wait_p50_ms"] <= 10**2.2 and b["wait_p95_ms"] <= 10**2.2
 
 
 def test_an_empty_window_gives_zero_buckets_not_an_error(client: TestClient) -> None:

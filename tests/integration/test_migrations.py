@@ -36,9 +36,9 @@ def test_concurrent_upgrades_apply_once(db_url: str) -> None:
     for t in threads:
         t.join(60)
     assert not errors, errors
-    assert sorted(results) == [[], [], [], [1, 2, 3]]
+    assert sorted(results) == [[], [], [], [1, 2, 3, 4]]
     s = Storage(db_url)
-    assert current_version(s.engine) == 3
+    assert current_version(s.engine) == 4
 
 
 def test_upgrade_from_version_1_drops_the_worker_index(db_url: str) -> None:
@@ -81,6 +81,32 @@ def describe(url: str) -> dict[str, Any]:
         out["_version"] = c.execute(text('SELECT "Version", "Name" FROM chokaq."SchemaMigrations"')).all()
     eng.dispose()
     return out
+
+
+def test_upgrade_from_version_3_adds_the_archive_due_time(db_url: str) -> None:
+    s = Storage(db_url)
+    s.upgrade()
+    schema = None if s.dialect == "sqlite" else "chokaq"
+    q = (lambda t: f'"{t}"') if s.dialect == "sqlite" else (lambda t: f'chokaq."{t}"')
+    # A database as version 3 left it, holding an archived job.
+    with s.engine.begin() as c:
+        c.execute(text(f'ALTER TABLE {q("JobsArchive")} DROP COLUMN "ScheduledAtUtc"'))
+        c.execute(text(f'DELETE FROM {q("SchemaMigrations")} WHERE "Version" = 4'))
+        c.execute(text(
+            f'INSERT INTO {q("JobsArchive")} ("Id", "Queue", "Type", "Payload", "AttemptCount", "CreatedAtUtc", '
+            "\"FinishedAtUtc\") VALUES ('old', 'default', 't', '{}', 1, '2026-01-01 00:00:00', '2026-01-01 00:00:01')"
+        ))
+
+    def columns() -> set[str]:
+        return {col["name"] for col in inspect(s.engine).get_columns("JobsArchive", schema=schema)}
+
+    assert "ScheduledAtUtc" not in columns()
+    assert s.upgrade() == [4]
+    assert "ScheduledAtUtc" in columns()
+    old = s.get_job("old")
+    assert old is not None and old.scheduled_at_utc is None
+    assert s.upgrade() == []
+    s.close()
 
 
 def test_postgres_script_creates_what_the_code_creates() -> None:

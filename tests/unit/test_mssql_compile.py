@@ -284,7 +284,10 @@ def test_history_statements_compile_for_sql_server() -> None:
         archive, dlq = history_statements(queue)
         a_sql, d_sql = compile_mssql(archive), compile_mssql(dlq)
         assert "DATEDIFF_BIG(SECOND, :h_start, chokaq.[JobsArchive].[FinishedAtUtc]) / :h_size AS bucket" in a_sql
-        wait = "DATEDIFF_BIG(MILLISECOND, chokaq.[JobsArchive].[CreatedAtUtc], chokaq.[JobsArchive].[StartedAtUtc])"
+        wait = (
+            "DATEDIFF_BIG(MILLISECOND, coalesce(chokaq.[JobsArchive].[ScheduledAtUtc], "
+            "chokaq.[JobsArchive].[CreatedAtUtc]), chokaq.[JobsArchive].[StartedAtUtc])"
+        )
         assert wait in a_sql
         # The wait's histogram bin: one LOG10 per row, five bins per decade, capped.
         assert "ELSE CAST(FLOOR(LOG10(" in a_sql and ") * 5) AS INT) + 1 END" in a_sql and "THEN 41" in a_sql
