@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from chokaq.domain.models import JobRecord, Lease
 from chokaq.domain.states import FailureReason, JobStatus
-from chokaq.runtime.app import Handler, JobContext
 from chokaq.runtime.events import bus
+from chokaq.runtime.handlers import Handler, JobContext
 from chokaq.runtime.outage import Outage, backoff
 from chokaq.runtime.policy import decide, describe
 from chokaq.storage.engine import is_transient
 from chokaq.storage.store import Completion
 from chokaq.telemetry import instruments, tracer, tracing_active
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for the annotation only: app imports this module, never the reverse
     from chokaq.runtime.app import ChokaQ
 
 log = logging.getLogger("chokaq.worker")
