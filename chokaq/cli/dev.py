@@ -8,9 +8,9 @@ import time
 
 import click
 
-from chokaq.cli.loading import load_app
 from chokaq.cli.main import Ctx, cli, friendly_errors, pass_ctx
 from chokaq.domain.models import EnqueueRequest
+from chokaq.loading import load_app
 from chokaq.redact import redact
 from chokaq.runtime.app import ChokaQ
 

@@ -14,9 +14,9 @@ import click
 from pydantic import ValidationError
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
-from chokaq.cli.loading import load_app
 from chokaq.domain.errors import ChokaQError, ConfigurationError, JobValidationError
 from chokaq.domain.payload import parse_payload_text
+from chokaq.loading import load_app
 from chokaq.redact import redact
 from chokaq.runtime.app import ChokaQ
 
