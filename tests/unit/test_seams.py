@@ -35,7 +35,7 @@ def test_the_worker_does_not_import_the_app() -> None:
 
 
 def test_functions_do_not_import_the_cli() -> None:
-    for path in sorted((ROOT / "functions").glob("*.py")) + [ROOT / "function_app.py"]:
+    for path in [*sorted((ROOT / "functions").glob("*.py")), ROOT / "function_app.py"]:
         cli = {m for m in _runtime_imports(path) if m.startswith("chokaq.cli")}
         assert not cli, f"{path.name} imports {cli}"
 
