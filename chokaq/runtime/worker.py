@@ -239,7 +239,7 @@ class Worker:
         ]
         if self.outage.health_file is not None:
             helpers.append(asyncio.create_task(self._health_loop(), name="chokaq-health"))
-        if self.settings.storage.refresh_statistics and self.storage.dialect == "postgresql":
+        if self.settings.storage.refresh_statistics and self.storage.supports_statistics_refresh:
             helpers.append(asyncio.create_task(self._statistics_loop(), name="chokaq-statistics"))
         try:
             await self._dispatch_loop()
@@ -361,7 +361,7 @@ class Worker:
             await asyncio.sleep(5.0)
 
     def _start_listener(self) -> threading.Event | None:
-        if not self.settings.storage.listen_notify or self.storage.dialect != "postgresql":
+        if not self.settings.storage.listen_notify or not self.storage.supports_notify:
             return None
         from chokaq.storage.notify import listen
 

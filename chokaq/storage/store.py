@@ -610,6 +610,17 @@ class Storage:
         self._announcers: list[Callable[[Mapping[str, float] | None], None]] = []
         self._local = threading.local()  # per-call ambiguity, see _retrying
 
+    # What this database offers the worker, asked by name rather than by dialect outside storage/.
+    @property
+    def supports_notify(self) -> bool:
+        """LISTEN/NOTIFY wake-ups (see storage/notify.py): PostgreSQL."""
+        return self.dialect == "postgresql"
+
+    @property
+    def supports_statistics_refresh(self) -> bool:
+        """Whether :meth:`refresh_statistics` can ever do anything here: PostgreSQL."""
+        return self.dialect == "postgresql"
+
     # ------------------------------------------------------------------ transactions
     def close(self) -> None:
         if self._autocommit is not None:
@@ -1277,7 +1288,7 @@ class Storage:
         (and 1,000 rows) changed since the last ANALYZE: analysed only if that was over
         ``min_age`` seconds ago, so a busy queue is not analysed every second.
         """
-        if self.dialect != "postgresql":
+        if not self.supports_statistics_refresh:
             return False
         row = self.read(
             lambda c: c.execute(
