@@ -30,6 +30,7 @@ from chokaq.runtime.events import bus
 from chokaq.runtime.handlers import Handler, JobContext
 from chokaq.runtime.outage import Outage, backoff
 from chokaq.runtime.policy import decide, describe
+from chokaq.runtime.stats import WorkerStats
 from chokaq.storage.engine import is_transient
 from chokaq.storage.store import Completion
 from chokaq.telemetry import instruments, tracer, tracing_active
@@ -126,7 +127,12 @@ class Worker:
         # up to Execution.Prefetch reserved jobs while other workers idle.
         self.lookahead = min(self.prefetch, max(self.batch, self.concurrency))
         self._zombie_retry_types = {h.name for h in app.handlers.values() if h.retry_zombies}
-        self.stats = {"fetches": 0, "started": 0, "succeeded": 0, "failed": 0, "retried": 0, "conflicts": 0}
+        self.counts = WorkerStats()
+        # For until_idle: when the worker last held, took or finished a job (or was woken), and an
+        # event set at each such change, so waiting for idleness needs no polling.
+        self._last_active = time.monotonic()
+        self._activity = asyncio.Event()
+        self._ended = asyncio.Event()  # run_async has returned
         self.outage = Outage(self.settings.storage.outage_tolerance, ex.health_file, self.id)
         # Lost replies (see Storage.ambiguity): claims and starts in flight, the gate that holds new
         # ones back while the worker reconciles, and whether a reconcile is due.
@@ -173,13 +179,64 @@ class Worker:
 
     def _conflict(self, transition: str, n: int = 1) -> None:
         if n:
-            self.stats["conflicts"] += n
+            self.counts.conflicts += n
             instruments().state_transition_conflicts.add(n, {"transition": transition})
             log.warning("%d stale %s move(s): this worker no longer owns the job(s)", n, transition)
 
     def _poke(self) -> None:
         """Wake the fetcher (new jobs were announced, or we are stopping)."""
         self._wake.set()
+
+    def _active(self) -> None:
+        self._last_active = time.monotonic()
+        self._activity.set()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """The counters as a plain dict (a snapshot; :attr:`counts` is the typed, live object)."""
+        return self.counts.as_dict()
+
+    @property
+    def busy(self) -> bool:
+        """Holding any job: buffered, being started, running, or with its outcome not yet recorded."""
+        return bool(self.running or self.buffer or self._in_start)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def wake(self) -> None:
+        """Fetch now instead of at the next poll, and count this as activity for :meth:`until_idle`
+        (a caller that knows new work is due). Call it on the worker's event loop."""
+        self._active()
+        self._poke()
+
+    async def until_idle(self, idle_seconds: float, *, max_seconds: float = math.inf) -> None:
+        """Return once the worker has held no job for ``idle_seconds`` (counted from the last job it
+        finished, the last claim that brought jobs, or the last :meth:`wake`), after ``max_seconds``
+        at the most, or as soon as it stops. It does not stop the worker."""
+        deadline = time.monotonic() + max_seconds
+        while not self._ended.is_set():
+            now = time.monotonic()
+            if self.busy:
+                self._last_active = now
+            remaining = min(deadline, self._last_active + idle_seconds) - now
+            if remaining <= 0:
+                return
+            self._activity.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._activity.wait(), remaining)
+
+    async def run_until_idle(self, idle_seconds: float, *, max_seconds: float = math.inf) -> WorkerStats:
+        """Run until idle for ``idle_seconds`` (or for ``max_seconds`` at the most), then stop
+        gracefully, as :meth:`stop` does; returns the counters."""
+        task = asyncio.create_task(self.run_async(), name="chokaq-worker")
+        try:
+            await self.until_idle(idle_seconds, max_seconds=max_seconds)
+        finally:
+            self.stop()
+            await task
+        return self.counts
 
     def _slot_freed(self) -> None:
         self._slot.set()
@@ -256,6 +313,8 @@ class Worker:
             self._db_pool.shutdown(wait=False)
             self._job_pool.shutdown(wait=False)
             self._stopped.set()
+            self._ended.set()
+            self._activity.set()
             self.outage.clear_health()
             log.info("worker %s stopped: %s", self.id, self.stats)
 
@@ -330,6 +389,7 @@ class Worker:
                         await self._db(self.storage.release, self.id, [r.lease for r in fetched])
                     elif fetched:
                         self.buffer.extend(fetched)
+                        self._active()
                         self._buffered.set()
                     if processing:
                         await self._db(self.storage.reschedule, self.id, [r.lease for r in processing])
@@ -450,7 +510,7 @@ class Worker:
                         skip=list(self.running),
                     )
                 )
-                self.stats["fetches"] += 1
+                self.counts.fetches += 1
                 self._fetch_failures = 0
             except Exception as exc:
                 failed = backoff(self._fetch_failures, base=poll)
@@ -480,6 +540,7 @@ class Worker:
                 continue
             if jobs:
                 self.buffer.extend(jobs)
+                self._active()
                 self._buffered.set()
                 continue
             if primary:
@@ -507,6 +568,7 @@ class Worker:
                 await self._start_batch(batch)
             finally:
                 self._in_start -= ids
+                self._active()  # started, back in the buffer, or lost: a change either way
                 self._starting -= len(batch)
                 self._slot.set()  # the other starter may have been waiting on these slots
 
@@ -548,8 +610,9 @@ class Worker:
             run = Running(record=rec, lease=rec.lease, ctx=ctx, traced=traced)
             self.running[rec.id] = run
             self.executing.add(rec.id)
-            self.stats["started"] += 1
+            self.counts.started += 1
             run.task = asyncio.create_task(self._execute(run), name=f"chokaq-job-{rec.id}")
+        self._active()
 
     # ------------------------------------------------------------------ execute
     async def _execute(self, run: Running) -> None:
@@ -723,6 +786,7 @@ class Worker:
             if left or o.kind == "drop":
                 self._left[o.record.id] = o.lease.attempt
         self._slot.set()
+        self._active()
 
     async def _record_successes(self, successes: list[Outcome]) -> None:
         ins = instruments()
@@ -734,7 +798,7 @@ class Worker:
                 bus.publish("job.archived", id=o.record.id, queue=o.record.queue, type=o.record.type)
         for (queue, type_), n in archived.items():
             ins.completed.add(n, {"queue": queue, "type": type_})
-        self.stats["succeeded"] += len(done)
+        self.counts.succeeded += len(done)
         self._conflict("complete", len(successes) - len(done))
 
     async def _finalize_one(self, o: Outcome) -> None:
@@ -744,7 +808,7 @@ class Worker:
             assert o.reason is not None
             ok = await self._db(self.storage.fail, o.lease, o.reason, o.details)
             if ok:
-                self.stats["failed"] += 1
+                self.counts.failed += 1
                 ins.dlq.add(1, {**attrs, "reason": o.reason.label})
                 bus.publish("job.failed", id=o.record.id, queue=o.record.queue, reason=o.reason.label)
             else:
@@ -752,7 +816,7 @@ class Worker:
         elif o.kind == "retry":
             ok = await self._db(self.storage.retry, o.lease, o.delay)
             if ok:
-                self.stats["retried"] += 1
+                self.counts.retried += 1
                 ins.retried.add(1, {**attrs, "attempt": o.record.attempt_count})
                 bus.publish("job.updated", id=o.record.id, queue=o.record.queue, status="Pending")
             else:
