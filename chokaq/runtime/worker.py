@@ -19,17 +19,18 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from chokaq.domain.models import JobRecord, Lease
+from chokaq.domain.models import JobRecord
 from chokaq.domain.states import FailureReason, JobStatus
+from chokaq.runtime import outcomes
 from chokaq.runtime.events import bus
 from chokaq.runtime.handlers import Handler, JobContext
 from chokaq.runtime.outage import Outage, backoff
-from chokaq.runtime.policy import decide, describe
+from chokaq.runtime.outcomes import CANCEL_HEARTBEAT, CANCEL_LOST, CANCEL_SHUTDOWN, CANCEL_TIMEOUT, Outcome
+from chokaq.runtime.running import Running
 from chokaq.runtime.stats import WorkerStats
 from chokaq.storage.engine import is_transient
 from chokaq.storage.store import Completion
@@ -41,36 +42,10 @@ if TYPE_CHECKING:  # for the annotation only: app imports this module, never the
 log = logging.getLogger("chokaq.worker")
 T = TypeVar("T")
 
-CANCEL_SHUTDOWN = "shutdown"
-CANCEL_HEARTBEAT = "heartbeat_failure"
-CANCEL_LOST = "lost_ownership"
-CANCEL_TIMEOUT = "timeout"
 # While a worker has a backlog, a burst is seen within about a second of PostgreSQL counting it;
 # the check is one cheap read. Idle workers check less often.
 STATISTICS_CHECK_SECONDS = 1.0
 STATISTICS_IDLE_CHECK_SECONDS = 10.0
-
-
-@dataclass
-class Outcome:
-    kind: str  # "success" | "fail" | "retry" | "reschedule" | "drop"
-    lease: Lease
-    record: JobRecord
-    duration_ms: int = 0
-    reason: FailureReason | None = None
-    details: str | None = None
-    delay: float = 0.0
-
-
-@dataclass
-class Running:
-    record: JobRecord
-    lease: Lease
-    ctx: JobContext
-    task: asyncio.Task[Any] | None = None
-    thread: Future[Any] | None = None
-    started: float = field(default_factory=time.monotonic)
-    traced: bool = False
 
 
 def default_worker_id() -> str:
@@ -639,9 +614,9 @@ class Worker:
                 if handler is None:
                     raise _Rejected(f"no handler is registered for job type {rec.type!r} on worker {self.id}")
                 await self._call(handler, run)
-                outcome = Outcome("success", run.lease, rec)
+                outcome = outcomes.succeeded(rec, run.lease)
             except _Rejected as exc:
-                outcome = Outcome("fail", run.lease, rec, reason=FailureReason.REJECTED, details=str(exc))
+                outcome = outcomes.rejected(rec, run.lease, str(exc))
             except asyncio.CancelledError as exc:
                 outcome = self._cancelled_outcome(run, exc)
             except BaseException as exc:
@@ -681,60 +656,47 @@ class Worker:
         finally:
             timer.cancel()
 
+    def _timeout_for(self, job_type: str) -> float:
+        handler = self.app.handlers.get(job_type)
+        return (handler.timeout if handler is not None else None) or self.settings.execution.default_timeout
+
     def _cancelled_outcome(self, run: Running, exc: BaseException) -> Outcome:
-        reason = run.ctx.cancel_reason
-        if reason == CANCEL_SHUTDOWN:
-            if run.thread is not None and not run.thread.done():
-                # The thread runs on and may still have effects: giving the job back now could
-                # run it twice. It stays Processing; when this process exits it becomes a zombie.
-                log.error("job %s did not stop within the shutdown grace; leaving it to zombie rescue", run.record.id)
-                return Outcome("drop", run.lease, run.record)
-            return Outcome("reschedule", run.lease, run.record)
-        if reason == CANCEL_HEARTBEAT:
-            return Outcome(
-                "fail",
-                run.lease,
-                run.record,
-                reason=FailureReason.HEARTBEAT_FAILURE,
-                details=f"cancelled after {self._hb_failures} consecutive heartbeat write failures",
-            )
-        if reason == CANCEL_LOST:
-            return Outcome("drop", run.lease, run.record)
-        timeout = self.app.handlers[run.record.type].timeout if run.record.type in self.app.handlers else None
-        limit = timeout or self.settings.execution.default_timeout
-        return Outcome(
-            "fail",
-            run.lease,
+        outcome = outcomes.cancelled(
             run.record,
-            reason=FailureReason.TIMEOUT,
-            details=f"execution exceeded the timeout of {limit:g}s",
+            run.lease,
+            run.ctx.cancel_reason,
+            thread_still_running=run.thread is not None and not run.thread.done(),
+            heartbeat_failures=self._hb_failures,
+            timeout=self._timeout_for(run.record.type),
         )
+        if outcome.kind == "drop" and run.ctx.cancel_reason == CANCEL_SHUTDOWN:
+            log.error("job %s did not stop within the shutdown grace; leaving it to zombie rescue", run.record.id)
+        return outcome
 
     def _failure_outcome(self, run: Running, handler: Handler | None, exc: BaseException) -> Outcome:
         rec = run.record
         max_attempts = (handler.max_attempts if handler else None) or self.settings.retry.max_attempts
-        d = decide(
-            exc,
-            attempt=rec.attempt_count,
-            max_attempts=max_attempts,
-            created_at_utc=rec.created_at_utc,
-            retry=self.settings.retry,
-        )
+        outcome = outcomes.failed(rec, run.lease, exc, max_attempts=max_attempts, retry=self.settings.retry)
         instruments().failed.add(1, {"queue": rec.queue, "type": rec.type})
-        if d.retry:
+        if outcome.kind == "retry":
             log.info(
-                "job %s (%s) attempt %d failed, retry in %.1fs: %s", rec.id, rec.type, rec.attempt_count, d.delay, exc
+                "job %s (%s) attempt %d failed, retry in %.1fs: %s",
+                rec.id,
+                rec.type,
+                rec.attempt_count,
+                outcome.delay,
+                exc,
             )
-            return Outcome("retry", run.lease, rec, delay=d.delay)
-        log.warning(
-            "job %s (%s) attempt %d failed -> DLQ %s: %s",
-            rec.id,
-            rec.type,
-            rec.attempt_count,
-            d.reason.label if d.reason is not None else "?",
-            exc,
-        )
-        return Outcome("fail", run.lease, rec, reason=d.reason, details=describe(exc))
+        else:
+            log.warning(
+                "job %s (%s) attempt %d failed -> DLQ %s: %s",
+                rec.id,
+                rec.type,
+                rec.attempt_count,
+                outcome.reason.label if outcome.reason is not None else "?",
+                exc,
+            )
+        return outcome
 
     # ------------------------------------------------------------------ finalize
     async def _finalize_loop(self) -> None:
