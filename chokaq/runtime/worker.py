@@ -28,10 +28,12 @@ from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.runtime import outcomes
 from chokaq.runtime.events import bus
 from chokaq.runtime.handlers import Handler, JobContext
+from chokaq.runtime.heartbeat import Heartbeat
 from chokaq.runtime.outage import Outage, backoff
-from chokaq.runtime.outcomes import CANCEL_HEARTBEAT, CANCEL_LOST, CANCEL_SHUTDOWN, CANCEL_TIMEOUT, Outcome
+from chokaq.runtime.outcomes import CANCEL_SHUTDOWN, CANCEL_TIMEOUT, Outcome
 from chokaq.runtime.running import Running
 from chokaq.runtime.stats import WorkerStats
+from chokaq.runtime.supervisor import HelperDied, Supervisor
 from chokaq.storage.engine import is_transient
 from chokaq.storage.store import Completion
 from chokaq.telemetry import instruments, tracer, tracing_active
@@ -94,7 +96,6 @@ class Worker:
         self._db_pool = ThreadPoolExecutor(max_workers=6, thread_name_prefix="chokaq-db")
         # Plain handlers get their own threads so they can never starve heartbeats or DB calls.
         self._job_pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="chokaq-job")
-        self._hb_failures = 0
         self._fetch_failures = 0
         self._start_failures = 0
         self._listening = threading.Event()  # LISTEN/NOTIFY is up: idle polls can be rarer
@@ -123,6 +124,16 @@ class Worker:
         # Keyed by id, the attempt they ran at: a later claim of the same job is a new one.
         self._left: dict[str, int] = {}
         self._since: datetime | None = None  # database clock at start: older rows are not ours
+        self.heartbeat = Heartbeat(
+            ex,
+            self.outage,
+            write=lambda leases: self._db(self.storage.heartbeat, self.id, leases),
+            running=self.running,
+            executing=self.executing,
+            cancel=self._cancel,
+            conflict=self._conflict,
+        )
+        self.failure: str | None = None  # why a helper task's death stopped the worker
 
     # ------------------------------------------------------------------ plumbing
     async def _db(self, fn: Callable[..., T], *args: Any) -> T:
@@ -265,21 +276,18 @@ class Worker:
             self.concurrency,
             self.prefetch,
         )
-        helpers = [
-            asyncio.create_task(self._heartbeat_loop(), name="chokaq-heartbeat"),
-            asyncio.create_task(self._finalize_loop(), name="chokaq-finalize"),
-        ]
+        helpers = Supervisor(self._helper_died)
+        helpers.start("chokaq-heartbeat", self.heartbeat.run())
+        helpers.start("chokaq-finalize", self._finalize_loop())
         if self.outage.health_file is not None:
-            helpers.append(asyncio.create_task(self._health_loop(), name="chokaq-health"))
+            helpers.start("chokaq-health", self._health_loop())
         if self.settings.storage.refresh_statistics and self.storage.supports_statistics_refresh:
-            helpers.append(asyncio.create_task(self._statistics_loop(), name="chokaq-statistics"))
+            helpers.start("chokaq-statistics", self._statistics_loop())
         try:
             await self._dispatch_loop()
         finally:
             await self._shutdown()
-            for task in helpers:
-                task.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
+            await helpers.close()
             unsubscribe()
             if listener is not None:
                 listener.set()
@@ -292,6 +300,12 @@ class Worker:
             self._activity.set()
             self.outage.clear_health()
             log.info("worker %s stopped: %s", self.id, self.stats)
+        if self.failure is not None:
+            raise HelperDied(f"worker {self.id} stopped because a helper task ended: {self.failure}")
+
+    def _helper_died(self, reason: str) -> None:
+        self.failure = reason
+        self._begin_stop()
 
     async def _wait_for_database(self) -> None:
         """Start-up: wait for the database with capped backoff, one line per try, instead of
@@ -666,7 +680,7 @@ class Worker:
             run.lease,
             run.ctx.cancel_reason,
             thread_still_running=run.thread is not None and not run.thread.done(),
-            heartbeat_failures=self._hb_failures,
+            heartbeat_failures=self.heartbeat.failures,
             timeout=self._timeout_for(run.record.type),
         )
         if outcome.kind == "drop" and run.ctx.cancel_reason == CANCEL_SHUTDOWN:
@@ -788,40 +802,6 @@ class Worker:
             if not moved:
                 self._conflict("reschedule")
         # "drop": the job was taken from us; nothing to write.
-
-    # ------------------------------------------------------------------ heartbeat
-    async def _heartbeat_loop(self) -> None:
-        ex = self.settings.execution
-        ins = instruments()
-        while True:
-            await asyncio.sleep(random.uniform(ex.heartbeat_interval_min, ex.heartbeat_interval_max))
-            runs = list(self.running.values())
-            if not runs:
-                continue
-            try:
-                alive = await self._db(self.storage.heartbeat, self.id, [r.lease for r in runs])
-            except Exception as exc:
-                self.outage.failed("heartbeat", exc)
-                self._hb_failures += 1
-                for r in runs:
-                    ins.heartbeat_failures.add(1, {"queue": r.record.queue, "type": r.record.type})
-                if self._hb_failures >= ex.heartbeat_failure_threshold:
-                    log.error("heartbeat degraded: %d consecutive write failures (%s)", self._hb_failures, exc)
-                    if ex.cancel_on_heartbeat_failure:
-                        for r in runs:
-                            self._cancel(r, CANCEL_HEARTBEAT)
-                else:
-                    log.warning("heartbeat write failed (%d in a row): %s", self._hb_failures, exc)
-                continue
-            self._hb_failures = 0
-            self.outage.succeeded()
-            # Only handlers still running: a finished job's row may be gone because its outcome
-            # committed unheard; the finaliser's replay tells that apart from a real loss.
-            lost = [r for r in runs if r.lease.job_id not in alive and r.record.id in self.executing]
-            if lost:
-                self._conflict("heartbeat", len(lost))
-                for r in lost:
-                    self._cancel(r, CANCEL_LOST)
 
     # ------------------------------------------------------------------ planner statistics
     async def _statistics_loop(self) -> None:
