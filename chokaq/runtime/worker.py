@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from chokaq.domain.models import JobRecord
 from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.runtime import outcomes
-from chokaq.runtime.events import bus
+from chokaq.runtime.completer import Completer
 from chokaq.runtime.handlers import Handler, JobContext
 from chokaq.runtime.heartbeat import Heartbeat
 from chokaq.runtime.outage import Outage, backoff
@@ -35,7 +35,6 @@ from chokaq.runtime.running import Running
 from chokaq.runtime.stats import WorkerStats
 from chokaq.runtime.supervisor import HelperDied, Supervisor
 from chokaq.storage.engine import is_transient
-from chokaq.storage.store import Completion
 from chokaq.telemetry import instruments, tracer, tracing_active
 
 if TYPE_CHECKING:  # for the annotation only: app imports this module, never the reverse
@@ -79,7 +78,6 @@ class Worker:
         self.running: dict[str, Running] = {}  # started and not yet finalised
         self.executing: set[str] = set()  # handler still running
         # Since Python 3.10 these bind to the running loop on first use, not at construction.
-        self._outcomes: asyncio.Queue[Outcome] = asyncio.Queue()
         self._wake = asyncio.Event()  # NOTIFY arrived or stopping: fetch now
         self._slot = asyncio.Event()  # a handler finished
         self._buffered = asyncio.Event()  # the prefetch buffer has jobs
@@ -131,6 +129,16 @@ class Worker:
             running=self.running,
             executing=self.executing,
             cancel=self._cancel,
+            conflict=self._conflict,
+        )
+        self.completer = Completer(
+            self.storage,
+            self.id,
+            self.outage,
+            self.counts,
+            db=self._db,
+            recorded=self._done,
+            abandoned=lambda finished: self._done(finished, left=True),
             conflict=self._conflict,
         )
         self.failure: str | None = None  # why a helper task's death stopped the worker
@@ -278,7 +286,7 @@ class Worker:
         )
         helpers = Supervisor(self._helper_died)
         helpers.start("chokaq-heartbeat", self.heartbeat.run())
-        helpers.start("chokaq-finalize", self._finalize_loop())
+        helpers.start("chokaq-finalize", self.completer.run())
         if self.outage.health_file is not None:
             helpers.start("chokaq-health", self._health_loop())
         if self.settings.storage.refresh_statistics and self.storage.supports_statistics_refresh:
@@ -650,7 +658,7 @@ class Worker:
         instruments().processing_duration.record(outcome.duration_ms, {"queue": rec.queue, "type": rec.type})
         self.executing.discard(rec.id)
         self._slot_freed()
-        self._outcomes.put_nowait(outcome)
+        self.completer.put(outcome)
 
     async def _call(self, handler: Handler, run: Running) -> None:
         payload = handler.parse_payload(run.record.payload)
@@ -713,95 +721,14 @@ class Worker:
         return outcome
 
     # ------------------------------------------------------------------ finalize
-    async def _finalize_loop(self) -> None:
-        while True:
-            first = await self._outcomes.get()
-            batch = [first]
-            while not self._outcomes.empty():
-                batch.append(self._outcomes.get_nowait())
-            await self._finalize(batch)
-
-    async def _finalize(self, batch: list[Outcome]) -> None:
-        """Record a batch of outcomes. Each stays in memory, in ``running`` and heartbeated, until
-        the database has it: an outage only delays it (capped backoff, however long), so the sweep
-        never buries work that is done. A replay that finds its own earlier success counts as one
-        (see Storage.complete and friends); only a real conflict or a non-transient error ends it."""
-        successes = [o for o in batch if o.kind == "success"]
-        others = [o for o in batch if o.kind != "success"]
-        attempt = 0
-        while successes or others:
-            try:
-                if successes:
-                    await self._record_successes(successes)
-                    self._done(successes)
-                    successes = []
-                while others:
-                    await self._finalize_one(others[0])
-                    self._done(others[:1])
-                    others.pop(0)
-                self.outage.succeeded()
-            except Exception as exc:
-                if not is_transient(exc):
-                    # A bug or a refused statement: retrying cannot help. The sweep recovers the job.
-                    failed = successes or others[:1]
-                    log.exception("finalising %d outcome(s) failed; the sweep will recover them", len(failed))
-                    self._done(failed, left=True)
-                    if successes:
-                        successes = []
-                    else:
-                        others.pop(0)
-                    continue
-                delay = backoff(attempt)
-                attempt += 1
-                self.outage.failed("finalise", exc, delay)
-                await asyncio.sleep(delay)
-
-    def _done(self, outcomes: list[Outcome], *, left: bool = False) -> None:
-        for o in outcomes:
+    def _done(self, finished: list[Outcome], *, left: bool = False) -> None:
+        """Outcomes the completer recorded (or, ``left``, abandoned to the sweep): slots free up."""
+        for o in finished:
             self.running.pop(o.record.id, None)
             if left or o.kind == "drop":
                 self._left[o.record.id] = o.lease.attempt
         self._slot.set()
         self._active()
-
-    async def _record_successes(self, successes: list[Outcome]) -> None:
-        ins = instruments()
-        done = await self._db(self.storage.complete, self.id, [Completion(o.lease, o.duration_ms) for o in successes])
-        archived: Counter[tuple[str, str]] = Counter()
-        for o in successes:
-            if o.record.id in done:
-                archived[(o.record.queue, o.record.type)] += 1
-                bus.publish("job.archived", id=o.record.id, queue=o.record.queue, type=o.record.type)
-        for (queue, type_), n in archived.items():
-            ins.completed.add(n, {"queue": queue, "type": type_})
-        self.counts.succeeded += len(done)
-        self._conflict("complete", len(successes) - len(done))
-
-    async def _finalize_one(self, o: Outcome) -> None:
-        ins = instruments()
-        attrs = {"queue": o.record.queue, "type": o.record.type}
-        if o.kind == "fail":
-            assert o.reason is not None
-            ok = await self._db(self.storage.fail, o.lease, o.reason, o.details)
-            if ok:
-                self.counts.failed += 1
-                ins.dlq.add(1, {**attrs, "reason": o.reason.label})
-                bus.publish("job.failed", id=o.record.id, queue=o.record.queue, reason=o.reason.label)
-            else:
-                self._conflict("fail")
-        elif o.kind == "retry":
-            ok = await self._db(self.storage.retry, o.lease, o.delay)
-            if ok:
-                self.counts.retried += 1
-                ins.retried.add(1, {**attrs, "attempt": o.record.attempt_count})
-                bus.publish("job.updated", id=o.record.id, queue=o.record.queue, status="Pending")
-            else:
-                self._conflict("retry")
-        elif o.kind == "reschedule":
-            moved = await self._db(self.storage.reschedule, self.id, [o.lease])
-            if not moved:
-                self._conflict("reschedule")
-        # "drop": the job was taken from us; nothing to write.
 
     # ------------------------------------------------------------------ planner statistics
     async def _statistics_loop(self) -> None:
