@@ -1,6 +1,11 @@
 """A worker: claims batches (straight into Processing for idle slots, else into a prefetch buffer),
 runs handlers with a concurrency limit, keeps their heartbeats fresh in one statement per tick,
-and finalises outcomes in batches."""
+and finalises outcomes in batches.
+
+This module holds the scheduling (fetch and start loops, slots, the buffer), running handlers with
+tracing, and the reconcile after lost replies. Its collaborators each own one thing:
+outcomes.py (what a run's ending becomes), completer.py (writing outcomes), heartbeat.py (leases),
+supervisor.py (helper tasks that must not die unnoticed), outage.py (riding out the database)."""
 
 from __future__ import annotations
 
