@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/costs.py fetch     [--sizes ...] [--claims 200]
     .venv/bin/python benchmarks/costs.py dlq       [--sizes ...] [--reps 5]
     .venv/bin/python benchmarks/costs.py heartbeat [--jobs 1000] [--window 10] [--hb-min 1 --hb-max 1.5]
+    .venv/bin/python benchmarks/costs.py history   [--sizes 1000000] [--reps 5]
     .venv/bin/python benchmarks/costs.py all
 
 PostgreSQL only (database ``bench_chokaq_costs``, recreated per size, dropped at the end).
@@ -47,6 +48,7 @@ from benchmarks.throughput import StatementCounter, WorkerThread, classify, make
 DB = "bench_chokaq_costs"
 HOT = 'chokaq."JobsHot"'
 DLQ = 'chokaq."JobsDLQ"'
+ARCHIVE = 'chokaq."JobsArchive"'
 NOW = "(now() AT TIME ZONE 'UTC')"
 
 
@@ -563,12 +565,93 @@ def heartbeat_cost(args: Any) -> None:
     )
 
 
+# --------------------------------------------------------------------------- history
+
+
+def load_archive(app: Any, n: int, span_seconds: int) -> float:
+    """n archived rows over the last ``span_seconds`` (4 queues), waits 0..10 s, runs 0..0.5 s; and
+    n/100 DLQ rows over the same span, reasons 0..10."""
+    with Stopwatch() as sw:
+        sql(
+            app,
+            f"""INSERT INTO {ARCHIVE} ("Id","Queue","Type","Payload","AttemptCount","WorkerId",
+                "CreatedAtUtc","StartedAtUtc","FinishedAtUtc","DurationMs")
+            SELECT 'A' || lpad(g::text, 12, '0'), 'q' || (g % 4), 'noop', '{{}}', 1, 'w1',
+                   f - make_interval(secs => (g % 500) / 1000.0 + (g % 10007) / 1000.0),
+                   f - make_interval(secs => (g % 500) / 1000.0), f, g % 500
+            FROM (SELECT g, {NOW} - make_interval(secs => (:n - g)::float8 / :n * :span) AS f
+                  FROM generate_series(1, :n) g) s""",
+            n=n,
+            span=span_seconds,
+        )
+        sql(
+            app,
+            f"""INSERT INTO {DLQ} ("Id","Queue","Type","Payload","FailureReason","AttemptCount","WorkerId",
+                "CreatedAtUtc","FailedAtUtc")
+            SELECT 'D' || lpad(g::text, 12, '0'), 'q' || (g % 4), 'noop', '{{}}', g % 11, 3, 'w1',
+                   {NOW} - make_interval(secs => (:n - g)::float8 / :n * :span),
+                   {NOW} - make_interval(secs => (:n - g)::float8 / :n * :span)
+            FROM generate_series(1, :n) g""",
+            n=max(1, n // 100),
+            span=span_seconds,
+        )
+    return sw.seconds
+
+
+def history_cost(args: Any) -> None:
+    from chokaq.storage.history import WINDOWS, load_history
+
+    rows: list[list[str]] = []
+    plans: list[str] = []
+    size = max(args.sizes)
+    # Spread over 7 days (a week of retention), then the worst case for the 24 h window: every
+    # row inside it.
+    for label, span in (("over 7 d", 7 * 86400), ("all in 24 h", 86400)):
+        app = fresh(f"history {size:,} {label}")
+        t_load = load_archive(app, size, span)
+        log(f"history {size:,} {label}: loaded in {t_load:.1f}s")
+        vacuum(app, ARCHIVE)
+        vacuum(app, DLQ)
+        counter = StatementCounter().attach(app.storage.engine)
+        for window in WINDOWS:
+            for queue in (None, "q1") if window == "24h" else (None,):
+                load_history(app.storage, window, queue=queue)  # warm-up
+                times: list[float] = []
+                h: Any = None
+                for _ in range(args.reps):
+                    counter.reset()
+                    counter.capture = lambda s: True
+                    counter.active = True
+                    t0 = time.perf_counter()
+                    h = load_history(app.storage, window, queue=queue)
+                    times.append(time.perf_counter() - t0)
+                    counter.active = False
+                counted = sum(b.succeeded for b in h.buckets)
+                dead = sum(b.failed_total for b in h.buckets)
+                rows.append([f"{size:,} {label}", window + (f" queue={queue}" if queue else ""),
+                             str(len(h.buckets)), f"{counted:,}", f"{dead:,}", ms(median(times)), ms(max(times)),
+                             load()])
+                log(f"history {label} {window} {queue or ''}: {median(times) * 1000:.1f} ms (load {load()})")
+                if window == "24h" and queue is None and label == "over 7 d":
+                    plans += explain(app, [c for c in counter.captured if "GROUP BY" in c[0]])
+        counter.detach()
+        app.close()
+    drop_database(DB)
+    print(f"\nHistory: chokaq.storage.history.load_history(window) on {size:,} archive rows and {size // 100:,} "
+          f"DLQ rows (4 queues, 11 reasons); median of {args.reps}\n")
+    print_table(["archive rows", "window", "buckets", "succeeded counted", "dead counted", "median ms", "max ms",
+                 "load1"], rows, left=2)
+    print("\nEXPLAIN (ANALYZE, BUFFERS), 24h window, rows over 7 d:\n")
+    for p in plans:
+        print(p + "\n")
+
+
 # --------------------------------------------------------------------------- main
 
 
 def parse_args() -> Any:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["sweep", "fetch", "dlq", "heartbeat", "all"])
+    p.add_argument("what", choices=["sweep", "fetch", "dlq", "heartbeat", "history", "all"])
     p.add_argument("--sizes", default="1000,100000,1000000", help="table sizes (comma separated)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--zombies", type=int, default=100)
@@ -590,7 +673,8 @@ def parse_args() -> Any:
 def main() -> int:
     args = parse_args()
     logging.basicConfig(level=logging.WARNING)
-    steps = {"sweep": sweep_cost, "fetch": fetch_cost, "dlq": dlq_cost, "heartbeat": heartbeat_cost}
+    steps = {"sweep": sweep_cost, "fetch": fetch_cost, "dlq": dlq_cost, "heartbeat": heartbeat_cost,
+             "history": history_cost}
     chosen = list(steps) if args.what == "all" else [args.what]
     install_hard_timeout(args.hard_timeout * len(chosen))
     print(

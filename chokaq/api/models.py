@@ -174,10 +174,26 @@ class JobOut(BaseModel):
     last_modified_by: str | None
 
 
+class ZombieOut(BaseModel):
+    """Why the sweep called a job a zombie: its heartbeat went silent for longer than the timeout."""
+
+    last_heartbeat_utc: str | None = Field(description="the last heartbeat seen (null: none before it died)")
+    silent_seconds: float | None = Field(
+        description="from the last heartbeat (or the start, when none) to the rescue that dead-lettered it")
+    timeout_seconds: float = Field(description="the queue's zombie timeout as configured now")
+    timeout_source: Literal["queue", "default"] = Field(
+        description="queue: the queue's ZombieTimeoutSeconds; default: Recovery.ProcessingZombieTimeout")
+    worker_id: str | None = Field(description="the worker that held the job")
+    handler_idempotent: bool | None = Field(description="the handler declared itself idempotent (null: no handler "
+                                            "for this type in the serving process)")
+    handler_retries_zombies: bool | None = Field(description="the handler asked for its zombies to be retried")
+
+
 class DlqJobOut(JobOut):
     payload_schema: dict[str, Any] | None = Field(
         description="JSON schema of the handler's payload model, when the type has one"
     )
+    zombie: ZombieOut | None = Field(default=None, description="heartbeat details, for jobs dead-lettered as Zombie")
 
 
 class JobPageOut(BaseModel):

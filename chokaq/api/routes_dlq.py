@@ -19,6 +19,7 @@ from chokaq.api.common import (
     check_job_id,
     chokaq_app,
     edited_payload,
+    iso,
     publish,
 )
 from chokaq.api.models import (
@@ -34,6 +35,7 @@ from chokaq.api.models import (
     Tags,
     Text,
     TypeName,
+    ZombieOut,
     naive_utc,
 )
 from chokaq.domain import limits
@@ -136,7 +138,26 @@ def inspect(request: Request, job_id: JobIdPath, who: Viewer) -> DlqJobOut:
     app = chokaq_app(request)
     rec = _dead(app, job_id)
     handler = app.handlers.get(rec.type)
-    return DlqJobOut(**rec.to_public(), payload_schema=handler.payload_schema() if handler else None)
+    return DlqJobOut(**rec.to_public(), payload_schema=handler.payload_schema() if handler else None,
+                     zombie=zombie_details(app, rec))
+
+
+def zombie_details(app: ChokaQ, rec: JobRecord) -> ZombieOut | None:
+    if rec.failure_reason is not FailureReason.ZOMBIE:
+        return None
+    queue = next((q for q in app.storage.list_queues() if q.name == rec.queue), None)
+    override = queue.zombie_timeout_seconds if queue else None
+    silent_from = rec.heartbeat_utc or rec.started_at_utc
+    handler = app.handlers.get(rec.type)
+    return ZombieOut(
+        last_heartbeat_utc=iso(rec.heartbeat_utc),
+        silent_seconds=(rec.failed_at_utc - silent_from).total_seconds() if silent_from and rec.failed_at_utc else None,
+        timeout_seconds=float(override) if override is not None else app.settings.recovery.processing_zombie_timeout,
+        timeout_source="queue" if override is not None else "default",
+        worker_id=rec.worker_id,
+        handler_idempotent=handler.idempotent if handler else None,
+        handler_retries_zombies=handler.retry_zombies if handler else None,
+    )
 
 
 @router.patch("/{job_id}", response_model=JobOut, responses={**ERRORS, **NOT_FOUND, **CONFLICT})

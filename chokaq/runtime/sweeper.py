@@ -35,9 +35,10 @@ def run_sweep(storage: Storage, settings: ChokaQSettings) -> SweepResult:
         ins.retried.add(result.retried_zombies, {"reason": "Zombie"})
     if result.recovered or result.archived or result.retried_zombies:
         log.warning(
-            "ZombieRescue: recovered %d abandoned, archived %d zombies, retried %d idempotent zombies",
+            "ZombieRescue: recovered %d abandoned, archived %d %s, retried %d idempotent",
             result.recovered,
             result.archived,
+            "zombie" if result.archived == 1 else "zombies",
             result.retried_zombies,
         )
         bus.publish(

@@ -19,6 +19,7 @@ from chokaq.domain.models import JobRecord
 from chokaq.domain.states import Location
 from chokaq.storage.records import to_record
 from chokaq.storage.schema import jobs_archive, jobs_dlq, jobs_hot
+from chokaq.storage.sqlfuncs import ListParam, in_list
 
 # In order of preference should a row ever be seen twice (it cannot within one snapshot).
 TABLES: tuple[tuple[Location, Table], ...] = (
@@ -51,3 +52,16 @@ def record_from_union(rows: Sequence[Any]) -> JobRecord | None:
             own = {name: value for name, value in row._mapping.items() if name in t.c}
             return to_record(loc, SimpleNamespace(_mapping=own))
     return None
+
+
+@functools.cache
+def stored_ids_statement() -> Any:
+    """The ids among ``:stored_ids`` (a list) that are in any of the three tables: an enqueue
+    replayed after a lost reply asks whether its first attempt committed, wherever its jobs have
+    moved since (a fast job may already be archived)."""
+    return union_all(
+        *(
+            select(t.c.Id).where(in_list(t.c.Id, bindparam("stored_ids", type_=ListParam(t.c.Id.type))))
+            for _, t in TABLES
+        )
+    )

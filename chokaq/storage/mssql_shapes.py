@@ -27,6 +27,7 @@ from sqlalchemy.sql.selectable import Subquery
 from sqlalchemy.sql.visitors import InternalTraversal
 
 from chokaq.storage.schema import stats_summary
+from chokaq.storage.sqlfuncs import mssql_type_and_collation
 
 _DIALECT = mssql.dialect()  # type: ignore[no-untyped-call]
 
@@ -43,9 +44,11 @@ def mssql_type(col: Any, *, collation: bool = True) -> str:
 def lease_rowset(id_col: Any, name: str = "lease") -> Subquery:
     """``(SELECT Id, Attempt FROM OPENJSON(?) WITH (...)) AS lease``: a worker's leases as one
     typed rowset, bound as a JSON array of ``[id, attempt]`` pairs (see :func:`lease_json`)."""
+    sqltype, collate = mssql_type_and_collation(_DIALECT, id_col.type)
+    # OPENJSON's WITH takes no COLLATE; the select list does (Msg 468 against a BIN2 key otherwise).
     sql = (
-        "SELECT [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) "
-        f"WITH ([Id] {mssql_type(id_col, collation=False)} '$[0]', [Attempt] INT '$[1]')"
+        f"SELECT [Id]{collate} AS [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) "
+        f"WITH ([Id] {sqltype} '$[0]', [Attempt] INT '$[1]')"
     )
     return (
         text(sql)

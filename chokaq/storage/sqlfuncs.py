@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Float, Select, UnicodeText, bindparam, cast
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, Integer, Select, UnicodeText, bindparam, cast
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
@@ -174,14 +174,30 @@ def _in_list_pg(element: in_list, compiler: Any, **kw: Any) -> str:
     return f"{col} = ANY({param})"
 
 
+def mssql_type_and_collation(dialect: Dialect, type_: TypeEngine[Any]) -> tuple[str, str]:
+    """``("VARCHAR(50)", " COLLATE Latin1_General_100_BIN2")``: a column type as SQL Server declares
+    it, split from its collation clause ("" when it has none).
+
+    chokaq's key types render their collation only in a column definition (``type_expression`` a
+    Column), so one is made up here. A CAST takes no COLLATE, but its result and OPENJSON's columns
+    are implicit collation labels of the database default: compared with a BIN2 key column, two
+    implicit labels that differ are Msg 468. An explicit ``COLLATE`` after the CAST settles it.
+    """
+    from sqlalchemy import Column  # the schema module's Column; local to keep this module light
+
+    full = str(dialect.type_compiler_instance.process(type_, type_expression=Column("x", type_)))
+    match = re.search(r"\s+COLLATE\s+\S+", full)
+    return (full[: match.start()] + full[match.end() :], match.group(0)) if match else (full, "")
+
+
 @compiles(in_list, "mssql")
 def _in_list_mssql(element: in_list, compiler: Any, **kw: Any) -> str:
     col, param, column = _pair(element, compiler, **kw)
-    # OPENJSON yields NVARCHAR(MAX); cast to the column's own type or the seek becomes a scan.
-    # CAST takes no COLLATE: the column's own collation decides the comparison.
-    sqltype = re.sub(r"\s+COLLATE\s+\S+", "", compiler.dialect.type_compiler_instance.process(column.type))
+    # OPENJSON yields NVARCHAR(MAX); cast to the column's own type or the seek becomes a scan, and
+    # to its collation, or a BIN2 key column cannot be compared with it (see above).
+    sqltype, collate = mssql_type_and_collation(compiler.dialect, column.type)
     # The parameter is cast too: OPENJSON(?) alone leaves its type for the server to guess.
-    return f"{col} IN (SELECT CAST([value] AS {sqltype}) FROM OPENJSON(CAST({param} AS NVARCHAR(max))))"
+    return f"{col} IN (SELECT CAST([value] AS {sqltype}){collate} FROM OPENJSON(CAST({param} AS NVARCHAR(max))))"
 
 
 @compiles(in_list, "sqlite")
@@ -230,3 +246,135 @@ def _lookup_sqlite(element: lookup_int, compiler: Any, **kw: Any) -> str:
 @compiles(lookup_int)
 def _lookup_default(element: lookup_int, compiler: Any, **kw: Any) -> str:
     raise NotImplementedError(f"lookup_int is not implemented for {compiler.dialect.name}")
+
+
+# ---------------------------------------------------------------------------- time arithmetic
+# The history charts group rows by time bucket in the database. Each dialect spells "how long
+# from A to B" differently; these two constructs keep history.py dialect-neutral.
+
+
+class whole_seconds_since(FunctionElement[int]):
+    """Whole seconds from ``start`` (a bound UTC datetime on a whole second) to ``column``,
+    counted exactly (integer arithmetic, no floating day fractions), for rows at or after
+    ``start``: bucket numbers come from integer division of this."""
+
+    type = BigInteger()
+    inherit_cache = True
+
+    def __init__(self, column: ColumnElement[Any], start: ColumnElement[Any]) -> None:
+        super().__init__(column, start)
+
+
+@compiles(whole_seconds_since, "postgresql")
+def _since_pg(element: whole_seconds_since, compiler: Any, **kw: Any) -> str:
+    col, start, _ = _pair(element, compiler, **kw)
+    # date_part is double precision; EXTRACT is numeric since PostgreSQL 14, slow per row.
+    return f"CAST(FLOOR(date_part('epoch', {col} - {start})) AS BIGINT)"
+
+
+@compiles(whole_seconds_since, "mssql")
+def _since_mssql(element: whole_seconds_since, compiler: Any, **kw: Any) -> str:
+    # DATEDIFF counts second boundaries crossed: from a whole-second start that is the floor.
+    col, start, _ = _pair(element, compiler, **kw)
+    return f"DATEDIFF_BIG(SECOND, {start}, {col})"
+
+
+@compiles(whole_seconds_since, "sqlite")
+def _since_sqlite(element: whole_seconds_since, compiler: Any, **kw: Any) -> str:
+    # strftime('%s') is integer epoch seconds: exact at bucket edges, where julianday() floats
+    # could put a row stamped on the edge into the bucket before.
+    col, start, _ = _pair(element, compiler, **kw)
+    return f"(CAST(strftime('%s', {col}) AS INTEGER) - CAST(strftime('%s', {start}) AS INTEGER))"
+
+
+@compiles(whole_seconds_since)
+def _since_default(element: whole_seconds_since, compiler: Any, **kw: Any) -> str:
+    raise NotImplementedError(f"whole_seconds_since is not implemented for {compiler.dialect.name}")
+
+
+class millis_between(FunctionElement[float]):
+    """Milliseconds from column ``a`` to column ``b`` (NULL when either is NULL)."""
+
+    type = Float()
+    inherit_cache = True
+
+    def __init__(self, a: ColumnElement[Any], b: ColumnElement[Any]) -> None:
+        super().__init__(a, b)
+
+
+@compiles(millis_between, "postgresql")
+def _millis_pg(element: millis_between, compiler: Any, **kw: Any) -> str:
+    a, b, _ = _pair(element, compiler, **kw)
+    return f"(date_part('epoch', {b} - {a}) * 1000.0)"
+
+
+@compiles(millis_between, "mssql")
+def _millis_mssql(element: millis_between, compiler: Any, **kw: Any) -> str:
+    a, b, _ = _pair(element, compiler, **kw)
+    return f"CAST(DATEDIFF_BIG(MILLISECOND, {a}, {b}) AS FLOAT)"
+
+
+@compiles(millis_between, "sqlite")
+def _millis_sqlite(element: millis_between, compiler: Any, **kw: Any) -> str:
+    a, b, _ = _pair(element, compiler, **kw)
+    return f"((julianday({b}) - julianday({a})) * 86400000.0)"
+
+
+@compiles(millis_between)
+def _millis_default(element: millis_between, compiler: Any, **kw: Any) -> str:
+    raise NotImplementedError(f"millis_between is not implemented for {compiler.dialect.name}")
+
+
+WAIT_BINS_PER_DECADE = 5
+WAIT_TOP_BIN = 41  # waits from 10**8 ms (about 28 h) up
+
+
+class wait_bin(FunctionElement[int]):
+    """The histogram bin of a wait in ms: 0 below 1 ms, then ``floor(log10(ms) * 5) + 1`` (five
+    log-uniform bins per decade), capped at :data:`WAIT_TOP_BIN`. One LOG per row where the database
+    has one; SQLite (no LOG unless built with math functions) compares against the same edges."""
+
+    type = Integer()
+    inherit_cache = True
+
+    def __init__(self, ms: ColumnElement[Any]) -> None:
+        super().__init__(ms)
+
+
+def _ms(element: wait_bin, compiler: Any, **kw: Any) -> str:
+    (ms,) = list(element.clauses)
+    return str(compiler.process(ms, **kw))
+
+
+@compiles(wait_bin, "postgresql")
+def _wait_bin_pg(element: wait_bin, compiler: Any, **kw: Any) -> str:
+    w = _ms(element, compiler, **kw)
+    return (f"CASE WHEN {w} < 1 THEN 0 ELSE LEAST(CAST(FLOOR(LOG({w}) * {WAIT_BINS_PER_DECADE}) AS INTEGER) + 1, "
+            f"{WAIT_TOP_BIN}) END")
+
+
+@compiles(wait_bin, "mssql")
+def _wait_bin_mssql(element: wait_bin, compiler: Any, **kw: Any) -> str:
+    w = _ms(element, compiler, **kw)
+    return (f"CASE WHEN {w} < 1 THEN 0 WHEN {w} >= 1e8 THEN {WAIT_TOP_BIN} "
+            f"ELSE CAST(FLOOR(LOG10({w}) * {WAIT_BINS_PER_DECADE}) AS INT) + 1 END")
+
+
+@compiles(wait_bin, "sqlite")
+def _wait_bin_sqlite(element: wait_bin, compiler: Any, **kw: Any) -> str:
+    w = _ms(element, compiler, **kw)
+    edges = [10 ** (k / WAIT_BINS_PER_DECADE) for k in range(WAIT_TOP_BIN)]
+
+    def search(lo: int, hi: int) -> str:
+        # Bins lo..hi; bin i holds [edges[i-1], edges[i]). A binary search: six comparisons a row.
+        if lo == hi:
+            return str(lo)
+        mid = (lo + hi) // 2
+        return f"CASE WHEN {w} < {edges[mid]!r} THEN {search(lo, mid)} ELSE {search(mid + 1, hi)} END"
+
+    return search(0, WAIT_TOP_BIN)
+
+
+@compiles(wait_bin)
+def _wait_bin_default(element: wait_bin, compiler: Any, **kw: Any) -> str:
+    raise NotImplementedError(f"wait_bin is not implemented for {compiler.dialect.name}")

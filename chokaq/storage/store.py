@@ -52,7 +52,7 @@ from chokaq.domain.models import EnqueueRequest, JobRecord, Lease, QueueInfo, Qu
 from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.settings import StorageSettings
 from chokaq.storage.engine import build_engine, is_transient
-from chokaq.storage.lookup import get_job_statement, record_from_union
+from chokaq.storage.lookup import get_job_statement, record_from_union, stored_ids_statement
 from chokaq.storage.mssql_shapes import CteUpdate, MoveBatch, lease_rowset
 from chokaq.storage.records import hot_record
 from chokaq.storage.schema import SCHEMA, jobs_archive, jobs_dlq, jobs_hot, queues, stats_summary
@@ -661,6 +661,7 @@ class Storage:
 
     def _retrying(self, once: Callable[[], T], *, op: str) -> T:
         attempts = self.settings.transient_retries
+        self._local.replaying = False
         for attempt in range(attempts + 1):
             self._local.sent = False
             try:
@@ -672,6 +673,7 @@ class Storage:
                     # The connection died under a write: it may have committed, and the reply was
                     # lost. The replay cannot tell; callers that care reconcile (see ambiguity()).
                     self._local.ambiguous = True
+                    self._local.replaying = True  # the attempts after this one: see _replaying
                 if attempt >= attempts or not is_transient(exc):
                     raise
                 delay = min(0.05 * (2**attempt), 2.0) * (0.5 + random.random())
@@ -696,6 +698,15 @@ class Storage:
         finally:
             seen.ambiguous = bool(getattr(self._local, "ambiguous", False))
             self._local.ambiguous = False
+
+    def _replaying(self) -> bool:
+        """Inside a transaction function: an earlier attempt of this same call failed in a way that
+        may have committed (see _retrying). Only enqueues ask: they must not store twice."""
+        return bool(getattr(self._local, "replaying", False))
+
+    def _stored(self, c: Connection, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` are stored, in any of the three tables (one statement)."""
+        return {r[0] for r in c.execute(stored_ids_statement(), {"stored_ids": list(ids)})}
 
     def on_enqueue(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` after this process commits new Pending work. Returns an unsubscriber."""
@@ -779,12 +790,19 @@ class Storage:
             conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, queue)))
 
     # ------------------------------------------------------------------ enqueue
-    def enqueue(self, req: EnqueueRequest, *, conn: Connection | None = None) -> tuple[str, bool]:
+    def enqueue(
+        self, req: EnqueueRequest, *, conn: Connection | None = None, job_id: str | None = None
+    ) -> tuple[str, bool]:
         """Store a job. Returns ``(id, created)``; a live duplicate idempotency key returns the
-        existing id with ``created=False``. With ``conn`` the job joins the caller's transaction."""
-        job_id = new_job_id()
+        existing id with ``created=False``. With ``conn`` the job joins the caller's transaction.
+        ``job_id``: the id to store it under (made up here when not given)."""
+        job_id = job_id or new_job_id()
 
         def work(c: Connection) -> tuple[str, bool]:
+            if conn is None and self._replaying() and self._stored(c, [job_id]):
+                # The first attempt committed and its reply was lost; the job may have run and
+                # left JobsHot since, so inserting again could store it twice.
+                return job_id, True
             self.ensure_queue(c, req.queue)
             stmt = insert(jobs_hot).values(
                 Id=job_id,
@@ -809,7 +827,8 @@ class Storage:
                 by_key = select(jobs_hot.c.Id).where(jobs_hot.c.IdempotencyKey == req.idempotency_key)
                 existing = c.execute(by_key).scalar()
                 if existing is not None:
-                    return existing, False
+                    # Our own id: a replay after a lost COMMIT reply meets the job this call stored.
+                    return existing, existing == job_id
                 try:
                     with c.begin_nested():
                         c.execute(stmt)
@@ -817,7 +836,7 @@ class Storage:
                     existing = c.execute(by_key).scalar()
                     if existing is None:
                         raise
-                    return existing, False
+                    return existing, existing == job_id
             self._notify(c, req.queue)
             return job_id, True
 
@@ -877,15 +896,22 @@ class Storage:
         if self.dialect == "mssql":
             stmt = stmt.returning(jobs_hot.c.Id)
 
+        # Per batch, what its last attempt answered for keyed jobs (the existing id under a key).
+        keyed: dict[int, str] = {}
+
         def batch(start: int) -> Callable[[Connection], list[str]]:
             def work(c: Connection) -> list[str]:
                 part = reqs[start : start + size]
                 out = ids[start : start + size]
+                if self._replaying() and self._stored(c, out):
+                    # One transaction per batch: any of its ids stored means the attempt whose
+                    # reply was lost committed all of it (its jobs may have run and moved on since).
+                    return [keyed.get(start + i, job_id) for i, job_id in enumerate(out)]
                 rows = []
                 for i, r in enumerate(part):
                     self.ensure_queue(c, r.queue)
                     if r.idempotency_key is not None:
-                        out[i] = self.enqueue(r, conn=c)[0]
+                        out[i] = keyed[start + i] = self.enqueue(r, conn=c, job_id=out[i])[0]
                         continue
                     rows.append(
                         {
@@ -1016,7 +1042,14 @@ class Storage:
             return more
 
         if limited and len(claimed) < limit:
-            claimed += self.write(claim_limited, op="fetch_limited")
+            try:
+                claimed += self.write(claim_limited, op="fetch_limited")
+            except Exception:
+                if not claimed:
+                    raise
+                # The main claim has committed: raising now would strand its jobs Fetched or
+                # Processing under this worker with nobody holding them. Start what it got.
+                log.warning("claim of queues with MaxWorkers failed; keeping the main claim's jobs", exc_info=True)
         # RETURNING / OUTPUT rows come in no particular order; the buffer starts them in claim order.
         claimed.sort(key=lambda j: (-(j.priority or 0), j.scheduled_at_utc or 0, j.created_at_utc or 0))
         return claimed
@@ -1038,8 +1071,30 @@ class Storage:
             return list(c.execute(stmt, params))
 
         by_id = {j.id: j for j in jobs}
-        started = []
+        # The new state of each started job, written to the caller's records only once the whole
+        # call has succeeded: a follow-up read or release that fails sends the batch back to the
+        # worker's buffer, and records already saying Processing at the next attempt would then
+        # fence the retried start out (the job stranded Processing, never run).
+        fresh: dict[str, tuple[int, Any, Any, Any, bool]] = {}
         for job_id, attempt, started_at, heartbeat, updated, zombie_retry in self.write_one(work, op="start"):
+            fresh[job_id] = (attempt, started_at, heartbeat, updated, bool(zombie_retry))
+        rest = [lease for lease in leases if lease.job_id not in fresh]
+        if rest:
+            # A replay after a lost reply finds its own start done: Processing under this worker at
+            # the next attempt. Nobody ran them; they start now, attempt counted once.
+            for row in self._started_by(worker_id, rest):
+                fresh[row.id] = (
+                    row.attempt_count,
+                    row.started_at_utc,
+                    row.heartbeat_utc,
+                    row.last_updated_utc,
+                    bool(row.zombie_retry),
+                )
+            rest = [lease for lease in rest if lease.job_id not in fresh]
+        released = self.release(worker_id, rest) if rest else []
+        lost = [lease.job_id for lease in rest if lease.job_id not in set(released)]
+        started = []
+        for job_id, (attempt, started_at, heartbeat, updated, zombie_retry) in fresh.items():
             # Updated in place: the caller's records are its own fetched copies.
             job = by_id[job_id]
             job.status = JobStatus.PROCESSING
@@ -1047,23 +1102,8 @@ class Storage:
             job.started_at_utc = started_at
             job.heartbeat_utc = heartbeat
             job.last_updated_utc = updated
-            job.zombie_retry = bool(zombie_retry)
+            job.zombie_retry = zombie_retry
             started.append(job)
-        got = {j.id for j in started}
-        rest = [lease for lease in leases if lease.job_id not in got]
-        if rest:
-            # A replay after a lost reply finds its own start done: Processing under this worker at
-            # the next attempt. Nobody ran them; they start now, attempt counted once.
-            for row in self._started_by(worker_id, rest):
-                job = by_id[row.id]
-                job.status, job.attempt_count = JobStatus.PROCESSING, row.attempt_count
-                job.started_at_utc, job.heartbeat_utc = row.started_at_utc, row.heartbeat_utc
-                job.last_updated_utc, job.zombie_retry = row.last_updated_utc, row.zombie_retry
-                started.append(job)
-                got.add(job.id)
-            rest = [lease for lease in rest if lease.job_id not in got]
-        released = self.release(worker_id, rest) if rest else []
-        lost = [lease.job_id for lease in rest if lease.job_id not in set(released)]
         return StartResult(started, released, lost)
 
     def _started_by(self, worker_id: str, leases: Sequence[Lease]) -> list[JobRecord]:

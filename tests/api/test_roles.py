@@ -22,6 +22,7 @@ RANK = {"anonymous": 0, "viewer": 1, "operator": 2, "admin": 3}
 ROUTES: list[tuple[str, str, str, Any, str, int]] = [
     ("health", "GET", "/api/health", None, "anonymous", 200),
     ("stats", "GET", "/api/stats", None, "viewer", 200),
+    ("stats history", "GET", "/api/stats/history?window=6h", None, "viewer", 200),
     ("meta", "GET", "/api/meta", None, "viewer", 200),
     ("queues", "GET", "/api/queues", None, "viewer", 200),
     ("queue_patch", "PATCH", "/api/queues/default", {"paused": True}, "operator", 200),

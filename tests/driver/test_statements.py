@@ -164,7 +164,8 @@ def test_fenced_moves_join_one_lease_rowset(mssql: Storage, recorder: Recorder) 
     (hb,) = recorder.statements
     assert " OR " not in hb.sql
     assert (
-        "FROM chokaq.[JobsHot], (SELECT [Id], [Attempt] FROM OPENJSON(CAST(? AS NVARCHAR(max))) "
+        "FROM chokaq.[JobsHot], (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] "
+        "FROM OPENJSON(CAST(? AS NVARCHAR(max))) "
         "WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease" in hb.sql
     )
     assert "chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt]" in hb.sql

@@ -4,6 +4,7 @@ request of the transaction at a time, COMMIT included."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -58,10 +59,12 @@ def test_enqueue_with_an_idempotency_key_is_stored_exactly_once_under_lost_repli
     for n in range(REQUESTS):
         key = f"key-{n}"
         done = proxy.arm_swallow(after=n)
-        job_id, _ = s.enqueue(EnqueueRequest(type="t", idempotency_key=key, tags=key))
+        job_id, created = s.enqueue(EnqueueRequest(type="t", idempotency_key=key, tags=key))
         swallowed += proxy.wait_swallowed(done, 0.5)
         proxy.disarm()
         assert stored(direct, IdempotencyKey=key) == 1, key
+        # A new key: created, even when the replay met the job its own lost COMMIT stored.
+        assert created, key
         record = direct.get_job(job_id)
         assert record is not None and record.idempotency_key == key
     assert swallowed >= 7  # every request of the transaction, COMMIT among them, lost its reply once
@@ -101,6 +104,60 @@ def test_enqueue_without_a_key_is_stored_once_per_call(pg_url: str, direct: Stor
         assert direct.get_job(ids[0]) is not None
     assert stored(direct, IdempotencyKey="mk") == 1 and stored(direct, Tags="mixed") == 1 + REQUESTS
     assert swallowed >= 10
+    s.close()
+
+
+def _finish_it_before_the_replay(storage: Storage, direct: Storage, op: str) -> list[int]:
+    """Before the second attempt of ``op``, a worker claims and archives whatever is Pending: the
+    job that a lost COMMIT reply stored runs and leaves JobsHot while the caller backs off."""
+    calls = [0]
+
+    def hook(name: str) -> None:
+        if name != op:
+            return
+        calls[0] += 1
+        if calls[0] == 2:
+            jobs = direct.fetch("fast", 100, start=True)
+            direct.complete("fast", [Completion(j.lease, 1) for j in jobs])
+
+    storage.fault_injector = hook
+    return calls
+
+
+def total(direct: Storage, tag: str) -> int:
+    def count(c: Any) -> int:
+        return sum(
+            int(c.execute(select(func.count()).select_from(t).where(t.c.Tags == tag)).scalar_one())
+            for t in (jobs_hot, jobs_archive)
+        )
+
+    return direct.read(count)
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["enqueue", "enqueue_many"])
+def test_a_replayed_enqueue_does_not_store_again_a_job_that_already_ran(
+    pg_url: str, direct: Storage, fault_proxy: Proxy, many: bool
+) -> None:
+    """The replay asks all three tables whether its first attempt committed: the job may have been
+    claimed and archived in between, and inserting it again would run it twice."""
+    proxy = fault_proxy(pg_url)
+    s = through(proxy, pg_url)
+    s.enqueue(EnqueueRequest(type="warm", queue="fast"))
+    direct.complete("fast", [Completion(j.lease, 1) for j in direct.fetch("fast", 10, start=True)])
+    replays = 0
+    for n in range(REQUESTS):
+        tag = f"ran-{n}-{many}"
+        calls = _finish_it_before_the_replay(s, direct, "enqueue_many" if many else "enqueue")
+        done = proxy.arm_swallow(after=n)
+        req = EnqueueRequest(type="t", queue="fast", tags=tag)
+        job_id = s.enqueue_many([req])[0] if many else s.enqueue(req)[0]
+        proxy.wait_swallowed(done, 0.5)
+        proxy.disarm()
+        s.fault_injector = None
+        replays += calls[0] > 1
+        assert total(direct, tag) == 1, (n, tag)
+        assert direct.get_job(job_id) is not None
+    assert replays >= 3
     s.close()
 
 

@@ -164,7 +164,8 @@ def test_a_claim_that_starts_is_the_same_locked_claim() -> None:
 
 def test_worker_moves_are_fenced_by_worker_and_one_lease_rowset() -> None:
     lease = (
-        "(SELECT [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) "
+        "(SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] "
+        "FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) "
         "WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease"
     )
     fence = (
@@ -184,7 +185,10 @@ def test_worker_moves_are_fenced_by_worker_and_one_lease_rowset() -> None:
 def test_worker_moves_copy_under_a_row_lock() -> None:
     move = compile_mssql(_complete_statements(0).batch)
     # Without UPDLOCK another session could move the row between the copy and the delete.
-    assert "\nFROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK), (SELECT [Id], [Attempt]" in move
+    assert (
+        "\nFROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK), "
+        "(SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt]" in move
+    )
     assert "INSERT INTO chokaq.[JobsArchive] (" in move and "OUTPUT inserted.[Id], inserted.[Queue] INTO @moved" in move
     durations = (
         """CAST(JSON_VALUE(CAST(:durations AS NVARCHAR(max)), CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT)"""
@@ -236,16 +240,24 @@ def test_ddl_script_for_sql_server() -> None:
     assert "\nGO\n" in ddl
 
 
-def test_casts_and_rowsets_drop_a_key_collation_that_the_table_variable_keeps() -> None:
+def test_casts_and_rowsets_carry_a_key_collation_outside_the_cast() -> None:
     """CAST(... AS VARCHAR(50) COLLATE x) and OPENJSON ... WITH (col VARCHAR(50) COLLATE x) are not
-    T-SQL; @moved must carry the collation, or comparing it with the table's column fails."""
+    T-SQL, but a CAST's result and OPENJSON's columns carry the database default collation as
+    implicit labels: against a BIN2 key column that is Msg 468. So COLLATE follows the CAST, and
+    the lease rowset's select list; @moved declares it."""
     binary = String(50, collation="Latin1_General_100_BIN2")
     t = Table("T", MetaData(), Column("Id", binary, primary_key=True), Column("Queue", binary))
     lease = lease_rowset(t.c.Id)
     ids = in_list(t.c.Id, bindparam("ids", type_=ListParam(binary)))
     found = compile_mssql(select(t.c.Id).where(t.c.Id == lease.c.Id, ids))
-    assert "WITH ([Id] VARCHAR(50) '$[0]'" in found and "CAST([value] AS VARCHAR(50))" in found
-    assert "COLLATE" not in found
+    assert "WITH ([Id] VARCHAR(50) '$[0]'" in found
+    assert "SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] FROM OPENJSON(" in found
+    assert "CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(" in found
+    assert "AS VARCHAR(50) COLLATE" not in found and "'$[0]' COLLATE" not in found
+    plain = Table("P", MetaData(), Column("Id", String(50), primary_key=True))
+    plain_ids = bindparam("ids", type_=ListParam(String(50)))
+    unkeyed = compile_mssql(select(plain.c.Id).where(in_list(plain.c.Id, plain_ids)))
+    assert "COLLATE" not in unkeyed
     batch = compile_mssql(MoveBatch(t, t, ["Id"], select(t.c.Id), "SucceededTotal"))
     assert "DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY" in batch
 
@@ -260,3 +272,28 @@ def test_the_real_tables_key_collation_reaches_the_table_variable() -> None:
         "DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, "
         "[Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2)" in batch
     ), batch
+
+
+def test_history_statements_compile_for_sql_server() -> None:
+    # The Deck's history charts: bucket by whole seconds (DATEDIFF_BIG), wait in ms, grouped by
+    # the derived table's columns (SQL Server refuses GROUP BY an alias, and repeated "?" in a
+    # GROUP BY expression would not match the SELECT list's).
+    from chokaq.storage.history import history_statements
+
+    for queue in (None, "q"):
+        archive, dlq = history_statements(queue)
+        a_sql, d_sql = compile_mssql(archive), compile_mssql(dlq)
+        assert "DATEDIFF_BIG(SECOND, :h_start, chokaq.[JobsArchive].[FinishedAtUtc]) / :h_size AS bucket" in a_sql
+        wait = "DATEDIFF_BIG(MILLISECOND, chokaq.[JobsArchive].[CreatedAtUtc], chokaq.[JobsArchive].[StartedAtUtc])"
+        assert wait in a_sql
+        # The wait's histogram bin: one LOG10 per row, five bins per decade, capped.
+        assert "ELSE CAST(FLOOR(LOG10(" in a_sql and ") * 5) AS INT) + 1 END" in a_sql and "THEN 41" in a_sql
+        assert "DATEDIFF_BIG(SECOND, :h_start, chokaq.[JobsDLQ].[FailedAtUtc]) / :h_size AS bucket" in d_sql
+        assert a_sql.rstrip().endswith("AS h GROUP BY h.bucket, h.wait_bin")
+        assert d_sql.rstrip().endswith("AS h GROUP BY h.bucket, h.reason")
+        # Sargable range on the indexed time column; no function wraps it in the WHERE clause.
+        assert "[FinishedAtUtc] >= :h_start AND chokaq.[JobsArchive].[FinishedAtUtc] < :h_end" in a_sql
+        assert "[FailedAtUtc] >= :h_start AND chokaq.[JobsDLQ].[FailedAtUtc] < :h_end" in d_sql
+        assert ("[Queue] = :h_queue" in a_sql) is (queue is not None)
+        for sql in (a_sql, d_sql):
+            assert "strftime" not in sql and "EXTRACT" not in sql and "julianday" not in sql and "LIMIT" not in sql

@@ -2,6 +2,8 @@
 // It only calls the admin API; the API enforces roles, the Deck just hides what a role cannot use.
 // Everything user- or job-supplied reaches the DOM as text nodes (never innerHTML).
 
+import { HistoryPanel } from "./charts.js";
+
 const TOKEN_KEY = "chokaq.deck.token";
 const RANK = { viewer: 1, operator: 2, admin: 3 };
 const PAGE_SIZES = [100, 500, 1000];
@@ -98,6 +100,9 @@ const state = {
   audit: { filters: {}, page: 1, page_size: 100, data: null },
   insp: null, // {id, job, schema, audit, dirty, errors}
   live: null,
+  histWindow: "1h", // the charts' window, shared by the Overview and the queue pages
+  queueFocus: null, // the queue whose page (#/queues/NAME) shows its history
+  panels: {}, // testid -> HistoryPanel
 };
 const role = () => (state.meta ? state.meta.role : "viewer");
 const can = (needed) => (RANK[role()] || 0) >= RANK[needed];
@@ -222,7 +227,9 @@ function setLive(mode, text) {
 const VIEWS = ["overview", "queues", "hot", "archive", "dlq", "audit"];
 
 function route() {
-  const name = (location.hash.replace(/^#\/?/, "").split(/[/?]/)[0]) || "overview";
+  const parts = location.hash.replace(/^#\/?/, "").split(/[?]/)[0].split("/");
+  const name = parts[0] || "overview";
+  state.queueFocus = name === "queues" && parts[1] ? decodeURIComponent(parts.slice(1).join("/")) : null;
   showView(VIEWS.includes(name) ? name : "overview");
 }
 
@@ -329,6 +336,23 @@ async function loadOverview() {
   replaceKeepingFocus($('[data-testid="overview-errors"]'),
     table(["Type", "Reason", "Count", "Last failed", ""], erows, { empty: "The DLQ is empty.", caption: "Top errors" }));
   $('[data-testid="overview-updated"]').textContent = `updated ${new Date().toLocaleTimeString()}`;
+  return loadHistory("overview-history", null);
+}
+
+// Charts: refetched with the view, i.e. on the event stream's hints (no polling of their own).
+async function loadHistory(testid, queue) {
+  const root = $(`[data-testid="${testid}"]`);
+  let hist;
+  try {
+    hist = await api("GET", `/api/stats/history${qs({ window: state.histWindow, queue })}`);
+  } catch (exc) { return viewError("history", exc); }
+  if (!root.isConnected || root.closest("[hidden]")) return undefined;
+  let panel = state.panels[testid];
+  if (!panel) {
+    panel = new HistoryPanel(root, { testid, onWindow: (w) => { state.histWindow = w; loadHistory(testid, queue); } });
+    state.panels[testid] = panel;
+  }
+  panel.update(hist);
   return undefined;
 }
 
@@ -347,6 +371,17 @@ async function loadQueues() {
   state.queues = data.items;
   if (state.view !== "queues") return undefined;
   const box = $('[data-testid="queues-table"]');
+  const focusCard = $('[data-testid="queue-history-card"]');
+  focusCard.hidden = !state.queueFocus;
+  if (state.queueFocus) {
+    $('[data-testid="queue-history-name"]').textContent = state.queueFocus;
+    if (state.panels["queue-history"] && state.panels["queue-history"].queue !== state.queueFocus) {
+      state.panels["queue-history"].destroy();
+      delete state.panels["queue-history"];
+    }
+    await loadHistory("queue-history", state.queueFocus);
+    if (state.panels["queue-history"]) state.panels["queue-history"].queue = state.queueFocus;
+  }
   const sig = JSON.stringify([data.items, state.stats ? state.stats.queues.map((q) => [q.queue, q.pending, q.processing,
     q.fetched, q.dlq_size]) : null, role()]);
   if (sig === state.queuesSig && box.querySelector("table")) return undefined;
@@ -373,7 +408,8 @@ async function loadQueues() {
       return h("td", {}, control);
     };
     return h("tr", { dataset: { queue: name }, testid: "queue-row" },
-      td(name, "mono"),
+      td(h("a", { href: `#/queues/${encodeURIComponent(name)}`, title: `History of ${name}`, testid: "queue-link" }, name),
+        "mono"),
       td(h("span", { class: `badge ${q.is_paused ? "badge-warn" : "badge-ok"}`, testid: "queue-state" },
         q.is_paused ? "Paused" : "Active")),
       tdn(num(st.pending)), tdn(num((st.processing || 0) + (st.fetched || 0))), tdn(num(st.dlq_size)),
@@ -976,8 +1012,21 @@ function renderInspector(replaceEditor) {
   const auditRows = insp.audit ? insp.audit.items.map((a) => h("tr", {}, td(fmtTime(a.at_utc), "nowrap"),
     td(`${a.actor} (${a.role})`), td(a.action, "mono"), td(auditDetails(a), "small"))) : [];
 
+  const z = job.zombie;
+  const zombieSec = z ? h("section", { class: "insp-sec", testid: "insp-zombie" },
+    h("h3", {}, "Zombie: why it was rescued"),
+    h("dl", { class: "facts" },
+      field("Last heartbeat", z.last_heartbeat_utc ? fmtTime(z.last_heartbeat_utc) : "none before it died", "insp-z-heartbeat"),
+      field("Silent for", z.silent_seconds === null ? "–"
+        : `${fmtDuration(z.silent_seconds)} (timeout ${fmtDuration(z.timeout_seconds)}, ` +
+          `${z.timeout_source === "queue" ? "the queue's override" : "the default"})`, "insp-z-silent"),
+      field("Held by worker", z.worker_id || "–", "insp-z-worker", "mono"),
+      field("Handler idempotent", z.handler_idempotent === null ? "unknown (no handler for this type here)"
+        : z.handler_idempotent ? (z.handler_retries_zombies ? "yes; its zombies are retried, not dead-lettered"
+          : "yes (it did not ask for zombie retries)") : "no: resurrecting may run it twice", "insp-z-idempotent"))) : null;
+
   const sections = [
-    head, msg, facts,
+    head, msg, facts, zombieSec,
     job.error_details || job.location === "dlq" ? h("section", { class: "insp-sec" },
       h("h3", {}, "Error details"),
       h("pre", { class: "code error-details", tabindex: "0", testid: "insp-error", "aria-label": "Error details" },
