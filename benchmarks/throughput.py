@@ -13,7 +13,7 @@ Same method as benchmarks/peers/*.py (see benchmarks/README.md), so figures are 
   jobs stored with ``Storage.enqueue_many`` in chunks, then ONE in-process worker
   (``ChokaQ(storage_url=..., execution={concurrency: C, fetch_batch_size: 20})``, async no-op
   handler) is started in a thread. Time runs from starting the worker until the worker has
-  committed all N successes (``Worker.stats['succeeded'] == N``: Processing -> Archive committed);
+  committed all N successes (``Worker.counts.succeeded == N``: Processing -> Archive committed);
   afterwards JobsArchive is checked to hold N rows. jobs/s = N / median round time.
 * Round trips: SQLAlchemy engine events count, between worker start and the last commit,
   every statement (``before_cursor_execute``), transaction (``begin``) and ``commit``. With
@@ -377,9 +377,9 @@ def throughput_round(
                 if not state["done"].wait(PHASE_TIMEOUT):
                     raise TimeoutError(f"round {rnd}: handler saw {state['seen']}/{n} in {PHASE_TIMEOUT:.0f}s")
                 deadline = time.monotonic() + 30
-                while wt.worker.stats["succeeded"] < n:
+                while wt.worker.counts.succeeded < n:
                     if time.monotonic() > deadline:
-                        raise TimeoutError(f"round {rnd}: {wt.worker.stats} after 30 s")
+                        raise TimeoutError(f"round {rnd}: {wt.worker.counts} after 30 s")
                     time.sleep(0.001)
                 t1 = time.perf_counter()
                 cpu1 = time.process_time()
@@ -395,7 +395,7 @@ def throughput_round(
         archived = archive_count(app)
         if archived != n:
             log(f"WARNING round {rnd}: JobsArchive has {archived} rows, expected {n}")
-        stats = dict(wt.worker.stats)
+        stats = wt.worker.counts.as_dict()
         app.close()
         commits = None
         if backend == "postgres":

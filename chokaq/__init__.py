@@ -2,7 +2,8 @@
 
 from chokaq.domain.errors import ConflictError, FatalError, JobValidationError, NotFoundError, ThrottledError
 from chokaq.domain.states import FailureReason, JobStatus
-from chokaq.runtime.app import ChokaQ, JobContext
+from chokaq.runtime.app import ChokaQ
+from chokaq.runtime.handlers import JobContext
 from chokaq.settings import ChokaQSettings, load_settings
 
 __all__ = [

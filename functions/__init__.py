@@ -30,8 +30,8 @@ from collections.abc import Mapping
 import azure.functions as func
 
 from chokaq import telemetry
-from chokaq.cli.loading import load_app
 from chokaq.domain.errors import ConfigurationError
+from chokaq.loading import load_app
 from chokaq.runtime.app import ChokaQ
 from chokaq.settings import DEFAULT_STORAGE_URL
 

@@ -40,6 +40,7 @@ import azure.functions as func
 
 from chokaq import telemetry
 from chokaq.runtime.app import ChokaQ
+from chokaq.runtime.worker import Worker
 
 log = logging.getLogger("chokaq.functions.drain")
 
@@ -101,36 +102,30 @@ def drain_budget(app: ChokaQ, environ: Mapping[str, str], timeout: float | None 
 class SliceControl:
     """Shared between a running slice and the triggers that arrive during it (one event loop)."""
 
-    poked: bool = False
+    worker: Worker | None = None
     closing: bool = False
+
+    def poke(self) -> None:
+        """Count as activity and make the slice's worker fetch at once."""
+        if self.worker is not None:
+            self.worker.wake()
 
 
 async def drain(app: ChokaQ, *, seconds: float, idle_seconds: float, queues: list[str] | None = None,
-                concurrency: int | None = None, tick: float = 0.1,
-                control: SliceControl | None = None) -> dict[str, Any]:
+                concurrency: int | None = None, control: SliceControl | None = None) -> dict[str, Any]:
     """Run a worker for at most ``seconds`` (less when idle for ``idle_seconds``), then stop it
     gracefully and return its counters. A poke through ``control`` counts as activity and makes the
     worker fetch at once."""
     worker = app.worker(queues=queues, concurrency=concurrency)
+    if control is not None:
+        control.worker = worker  # before the first await: no trigger can come between
     started = time.monotonic()
     task = asyncio.create_task(worker.run_async(), name="chokaq-drain")
-    last_busy = started
-    last_started = 0
     try:
-        while not task.done():
-            now = time.monotonic()
-            if worker.running or worker.buffer or worker.stats["started"] != last_started:
-                last_busy, last_started = now, worker.stats["started"]
-            if control is not None and control.poked:
-                control.poked = False
-                last_busy = now
-                worker._poke()  # fetch now rather than at the next poll
-            if now - started >= seconds or now - last_busy >= idle_seconds:
-                break
-            await asyncio.sleep(tick)
+        await worker.until_idle(idle_seconds, max_seconds=seconds)
     finally:
         if control is not None:
-            control.closing = True  # no await since the last poke check: a later trigger starts anew
+            control.closing = True  # no await since until_idle returned: a later trigger starts anew
         worker.stop()
         await task
     stats = {**worker.stats, "seconds": round(time.monotonic() - started, 3)}
@@ -154,7 +149,7 @@ class Slices:
     async def run(self, trigger: str) -> dict[str, Any] | None:
         current = self._current
         if current is not None and not current.closing:
-            current.poked = True
+            current.poke()
             self.poked += 1
             log.info("%s: a drain slice is running here already; extended it", trigger)
             return None

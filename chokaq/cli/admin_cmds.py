@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from chokaq.cli.main import Ctx, cli, friendly_errors, pass_ctx
+from chokaq.cli.common import Ctx, friendly_errors, pass_ctx
 from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError
 from chokaq.domain.states import FailureReason, Location
@@ -63,7 +63,7 @@ def bind_hosts(host: str) -> list[str] | None:
     return [host]
 
 
-@cli.command()
+@click.command()
 @click.option("--app", "app_spec", default=None, help="Your app as pkg.module:attribute (or CHOKAQ_APP).")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=7071, show_default=True)
@@ -95,7 +95,7 @@ def serve(c: Ctx, app_spec: str | None, host: str, port: int) -> None:
 
 
 # ---------------------------------------------------------------- dlq
-@cli.group()
+@click.group()
 def dlq() -> None:
     """Inspect, resurrect and purge dead-lettered jobs."""
 
@@ -290,7 +290,7 @@ def parse_older_than(value: str, now: datetime | None = None) -> datetime:
     return ts.astimezone(UTC).replace(tzinfo=None) if ts.tzinfo else ts
 
 
-@cli.group()
+@click.group()
 def archive() -> None:
     """Archived (succeeded) jobs."""
 

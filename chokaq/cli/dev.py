@@ -8,9 +8,9 @@ import time
 
 import click
 
-from chokaq.cli.loading import load_app
-from chokaq.cli.main import Ctx, cli, friendly_errors, pass_ctx
+from chokaq.cli.common import Ctx, friendly_errors, pass_ctx
 from chokaq.domain.models import EnqueueRequest
+from chokaq.loading import load_app
 from chokaq.redact import redact
 from chokaq.runtime.app import ChokaQ
 
@@ -50,7 +50,7 @@ def seed(app: ChokaQ) -> None:
     s.enqueue(EnqueueRequest(type="noop", created_by="dev-seed", delay_seconds=60))
 
 
-@cli.command()
+@click.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=7071, show_default=True, type=int)
 @click.option("--no-seed", is_flag=True, help="Do not add the sample jobs.")

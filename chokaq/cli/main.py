@@ -6,94 +6,16 @@ import json
 import logging
 import sys
 import threading
-from collections.abc import Callable
-from functools import wraps
-from typing import Any, TypeVar
 
 import click
-from pydantic import ValidationError
-from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
-from chokaq.cli.loading import load_app
-from chokaq.domain.errors import ChokaQError, ConfigurationError, JobValidationError
+from chokaq.cli import admin_cmds, dev
+from chokaq.cli.common import Ctx, app_option, friendly_errors, one_line, pass_ctx
+from chokaq.domain.errors import ConfigurationError
 from chokaq.domain.payload import parse_payload_text
-from chokaq.redact import redact
-from chokaq.runtime.app import ChokaQ
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-def friendly_errors(fn: F) -> F:
-    """Expected failures become one line on stderr and a non-zero exit, not a traceback."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except ConfigurationError as exc:
-            click.echo(f"error: {redact(str(exc))}", err=True)
-            sys.exit(2)
-        except ArgumentError as exc:  # SQLAlchemy could not make sense of the URL
-            click.echo(f"error: invalid storage URL: {redact(_one_line(exc))}", err=True)
-            sys.exit(2)
-        except (JobValidationError, ValidationError) as exc:
-            if isinstance(exc, ValidationError):
-                msg = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors())
-            else:
-                msg = str(exc)
-            click.echo(f"error: invalid input: {redact(msg)}", err=True)
-            sys.exit(2)
-        except ChokaQError as exc:
-            click.echo(f"error: {redact(str(exc))}", err=True)
-            sys.exit(1)
-        except (OperationalError, DBAPIError) as exc:
-            orig = getattr(exc, "orig", None) or exc
-            click.echo(f"error: database unavailable or refused the request: {redact(_one_line(orig))}", err=True)
-            sys.exit(3)
-        except ValueError as exc:  # e.g. a URL port that is not a number, deep inside a driver
-            click.echo(f"error: invalid setting: {redact(_one_line(exc))}", err=True)
-            sys.exit(2)
-
-    return wrapper  # type: ignore[return-value]
-
-
-class Ctx:
-    def __init__(self, db: str | None, app_spec: str | None) -> None:
-        self.db = db
-        self.app_spec = app_spec
-        self._app: ChokaQ | None = None
-
-    @property
-    def app(self) -> ChokaQ:
-        if self._app is None:
-            self._app = load_app(self.app_spec, db=self.db)
-        return self._app
-
-
-pass_ctx = click.make_pass_decorator(Ctx)
-
-
-def app_option(fn: F) -> F:
-    """``--app`` on a subcommand too (``chokaq worker --app pkg.module:app``); it wins over the group's."""
-
-    def remember(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-        if value:
-            ctx.ensure_object(Ctx).app_spec = value
-        return value
-
-    return click.option(
-        "--app",
-        "app_override",
-        expose_value=False,
-        callback=remember,
-        is_eager=True,
-        help="Your app as pkg.module:attribute.",
-    )(fn)
+__all__ = ["Ctx", "app_option", "cli", "friendly_errors", "main", "pass_ctx"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -195,7 +117,7 @@ def sweep(c: Ctx, loop: bool) -> None:
             try:
                 click.echo(json.dumps(run_sweep(app.storage, app.settings).as_dict()))
             except (OperationalError, DBAPIError) as exc:
-                click.echo(f"sweep failed: {_one_line(exc)}", err=True)
+                click.echo(f"sweep failed: {one_line(exc)}", err=True)
             stop.wait(app.settings.recovery.scan_interval)
     finally:
         telemetry.shutdown()
@@ -290,10 +212,13 @@ def stats(c: Ctx) -> None:
     click.echo(json.dumps(rows, indent=2, default=str))
 
 
-def main() -> None:
-    from chokaq.cli import admin_cmds as _admin  # noqa: F401 - registers serve, dlq, archive
-    from chokaq.cli import dev as _dev  # noqa: F401 - registers `chokaq dev`
+# Every subcommand that lives in another module, registered here by name: importing ``cli`` gives
+# the whole command line (an import for its side effect used to add these only inside main()).
+for _command in (admin_cmds.serve, admin_cmds.dlq, admin_cmds.archive, dev.dev):
+    cli.add_command(_command)
 
+
+def main() -> None:
     cli(prog_name="chokaq")
 
 

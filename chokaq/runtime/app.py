@@ -6,7 +6,6 @@ import asyncio
 import inspect
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -14,78 +13,15 @@ from sqlalchemy import Connection
 
 from chokaq.domain import limits
 from chokaq.domain.models import EnqueueRequest, SweepResult, encode_payload
+from chokaq.runtime.handlers import Handler, JobContext
+from chokaq.runtime.worker import Worker
 from chokaq.settings import ChokaQSettings, load_settings
 from chokaq.storage import Storage
 from chokaq.telemetry import instruments
 
+__all__ = ["ChokaQ", "Handler", "JobContext"]  # the last two live in runtime.handlers; kept importable here
+
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-_CANCEL_LOCK = threading.Lock()
-
-
-@dataclass(eq=False)
-class JobContext:
-    """Passed to handlers that take a ``ctx`` argument."""
-
-    job_id: str
-    attempt: int
-    queue: str
-    type: str
-    worker_id: str
-    cancel_reason: str | None = None
-    _flag: bool = field(default=False, repr=False)
-    # Made on first use: most jobs never look, and an Event per job is a lock and a condition.
-    _event: threading.Event | None = field(default=None, repr=False)
-
-    @property
-    def cancelled(self) -> threading.Event:
-        """Set when the job should stop; a handler running in a thread can wait on it."""
-        if self._event is None:
-            with _CANCEL_LOCK:
-                if self._event is None:
-                    event = threading.Event()
-                    if self._flag:
-                        event.set()
-                    self._event = event
-        return self._event
-
-    def is_cancelled(self) -> bool:
-        return self._flag
-
-    def cancel(self, reason: str) -> None:
-        with _CANCEL_LOCK:
-            if self._flag:
-                return
-            self.cancel_reason = reason
-            self._flag = True
-            event = self._event
-        if event is not None:
-            event.set()
-
-
-@dataclass(frozen=True)
-class Handler:
-    name: str
-    fn: Callable[..., Any]
-    queue: str
-    payload_model: type[BaseModel] | None
-    is_async: bool
-    wants_ctx: bool
-    idempotent: bool
-    retry_zombies: bool
-    timeout: float | None
-    max_attempts: int | None
-
-    def parse_payload(self, text: str) -> Any:
-        if self.payload_model is not None:
-            return self.payload_model.model_validate_json(text)
-        import json
-
-        return json.loads(text)
-
-    def payload_schema(self) -> dict[str, Any] | None:
-        return self.payload_model.model_json_schema() if self.payload_model is not None else None
 
 
 class ChokaQ:
@@ -225,9 +161,7 @@ class ChokaQ:
 
         return run_sweep(self.storage, self.settings)
 
-    def worker(self, *, queues: list[str] | None = None, concurrency: int | None = None, **kw: Any) -> Any:
-        from chokaq.runtime.worker import Worker
-
+    def worker(self, *, queues: list[str] | None = None, concurrency: int | None = None, **kw: Any) -> Worker:
         return Worker(self, queues=queues, concurrency=concurrency, **kw)
 
     def apply_queue_settings(self) -> None:

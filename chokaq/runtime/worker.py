@@ -1,6 +1,11 @@
 """A worker: claims batches (straight into Processing for idle slots, else into a prefetch buffer),
 runs handlers with a concurrency limit, keeps their heartbeats fresh in one statement per tick,
-and finalises outcomes in batches."""
+and finalises outcomes in batches.
+
+This module holds the scheduling (fetch and start loops, slots, the buffer), running handlers with
+tracing, and the reconcile after lost replies. Its collaborators each own one thing:
+outcomes.py (what a run's ending becomes), completer.py (writing outcomes), heartbeat.py (leases),
+supervisor.py (helper tasks that must not die unnoticed), outage.py (riding out the database)."""
 
 from __future__ import annotations
 
@@ -17,59 +22,36 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from chokaq.domain.models import JobRecord, Lease
+from chokaq.domain.models import JobRecord
 from chokaq.domain.states import FailureReason, JobStatus
-from chokaq.runtime.app import Handler, JobContext
-from chokaq.runtime.events import bus
+from chokaq.runtime import outcomes
+from chokaq.runtime.completer import Completer
+from chokaq.runtime.handlers import Handler, JobContext
+from chokaq.runtime.heartbeat import Heartbeat
 from chokaq.runtime.outage import Outage, backoff
-from chokaq.runtime.policy import decide, describe
+from chokaq.runtime.outcomes import CANCEL_SHUTDOWN, CANCEL_TIMEOUT, Outcome
+from chokaq.runtime.running import Running
+from chokaq.runtime.stats import WorkerStats
+from chokaq.runtime.supervisor import HelperDied, Supervisor
 from chokaq.storage.engine import is_transient
-from chokaq.storage.store import Completion
 from chokaq.telemetry import instruments, tracer, tracing_active
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for the annotation only: app imports this module, never the reverse
     from chokaq.runtime.app import ChokaQ
 
 log = logging.getLogger("chokaq.worker")
 T = TypeVar("T")
 
-CANCEL_SHUTDOWN = "shutdown"
-CANCEL_HEARTBEAT = "heartbeat_failure"
-CANCEL_LOST = "lost_ownership"
-CANCEL_TIMEOUT = "timeout"
 # While a worker has a backlog, a burst is seen within about a second of PostgreSQL counting it;
 # the check is one cheap read. Idle workers check less often.
 STATISTICS_CHECK_SECONDS = 1.0
 STATISTICS_IDLE_CHECK_SECONDS = 10.0
-
-
-@dataclass
-class Outcome:
-    kind: str  # "success" | "fail" | "retry" | "reschedule" | "drop"
-    lease: Lease
-    record: JobRecord
-    duration_ms: int = 0
-    reason: FailureReason | None = None
-    details: str | None = None
-    delay: float = 0.0
-
-
-@dataclass
-class Running:
-    record: JobRecord
-    lease: Lease
-    ctx: JobContext
-    task: asyncio.Task[Any] | None = None
-    thread: Future[Any] | None = None
-    started: float = field(default_factory=time.monotonic)
-    traced: bool = False
 
 
 def default_worker_id() -> str:
@@ -101,7 +83,6 @@ class Worker:
         self.running: dict[str, Running] = {}  # started and not yet finalised
         self.executing: set[str] = set()  # handler still running
         # Since Python 3.10 these bind to the running loop on first use, not at construction.
-        self._outcomes: asyncio.Queue[Outcome] = asyncio.Queue()
         self._wake = asyncio.Event()  # NOTIFY arrived or stopping: fetch now
         self._slot = asyncio.Event()  # a handler finished
         self._buffered = asyncio.Event()  # the prefetch buffer has jobs
@@ -118,7 +99,6 @@ class Worker:
         self._db_pool = ThreadPoolExecutor(max_workers=6, thread_name_prefix="chokaq-db")
         # Plain handlers get their own threads so they can never starve heartbeats or DB calls.
         self._job_pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="chokaq-job")
-        self._hb_failures = 0
         self._fetch_failures = 0
         self._start_failures = 0
         self._listening = threading.Event()  # LISTEN/NOTIFY is up: idle polls can be rarer
@@ -126,7 +106,12 @@ class Worker:
         # up to Execution.Prefetch reserved jobs while other workers idle.
         self.lookahead = min(self.prefetch, max(self.batch, self.concurrency))
         self._zombie_retry_types = {h.name for h in app.handlers.values() if h.retry_zombies}
-        self.stats = {"fetches": 0, "started": 0, "succeeded": 0, "failed": 0, "retried": 0, "conflicts": 0}
+        self.counts = WorkerStats()
+        # For until_idle: when the worker last held, took or finished a job (or was woken), and an
+        # event set at each such change, so waiting for idleness needs no polling.
+        self._last_active = time.monotonic()
+        self._activity = asyncio.Event()
+        self._ended = asyncio.Event()  # run_async has returned
         self.outage = Outage(self.settings.storage.outage_tolerance, ex.health_file, self.id)
         # Lost replies (see Storage.ambiguity): claims and starts in flight, the gate that holds new
         # ones back while the worker reconciles, and whether a reconcile is due.
@@ -142,6 +127,26 @@ class Worker:
         # Keyed by id, the attempt they ran at: a later claim of the same job is a new one.
         self._left: dict[str, int] = {}
         self._since: datetime | None = None  # database clock at start: older rows are not ours
+        self.heartbeat = Heartbeat(
+            ex,
+            self.outage,
+            write=lambda leases: self._db(self.storage.heartbeat, self.id, leases),
+            running=self.running,
+            executing=self.executing,
+            cancel=self._cancel,
+            conflict=self._conflict,
+        )
+        self.completer = Completer(
+            self.storage,
+            self.id,
+            self.outage,
+            self.counts,
+            db=self._db,
+            recorded=self._done,
+            abandoned=lambda finished: self._done(finished, left=True),
+            conflict=self._conflict,
+        )
+        self.failure: str | None = None  # why a helper task's death stopped the worker
 
     # ------------------------------------------------------------------ plumbing
     async def _db(self, fn: Callable[..., T], *args: Any) -> T:
@@ -173,13 +178,64 @@ class Worker:
 
     def _conflict(self, transition: str, n: int = 1) -> None:
         if n:
-            self.stats["conflicts"] += n
+            self.counts.conflicts += n
             instruments().state_transition_conflicts.add(n, {"transition": transition})
             log.warning("%d stale %s move(s): this worker no longer owns the job(s)", n, transition)
 
     def _poke(self) -> None:
         """Wake the fetcher (new jobs were announced, or we are stopping)."""
         self._wake.set()
+
+    def _active(self) -> None:
+        self._last_active = time.monotonic()
+        self._activity.set()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """The counters as a plain dict (a snapshot; :attr:`counts` is the typed, live object)."""
+        return self.counts.as_dict()
+
+    @property
+    def busy(self) -> bool:
+        """Holding any job: buffered, being started, running, or with its outcome not yet recorded."""
+        return bool(self.running or self.buffer or self._in_start)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def wake(self) -> None:
+        """Fetch now instead of at the next poll, and count this as activity for :meth:`until_idle`
+        (a caller that knows new work is due). Call it on the worker's event loop."""
+        self._active()
+        self._poke()
+
+    async def until_idle(self, idle_seconds: float, *, max_seconds: float = math.inf) -> None:
+        """Return once the worker has held no job for ``idle_seconds`` (counted from the last job it
+        finished, the last claim that brought jobs, or the last :meth:`wake`), after ``max_seconds``
+        at the most, or as soon as it stops. It does not stop the worker."""
+        deadline = time.monotonic() + max_seconds
+        while not self._ended.is_set():
+            now = time.monotonic()
+            if self.busy:
+                self._last_active = now
+            remaining = min(deadline, self._last_active + idle_seconds) - now
+            if remaining <= 0:
+                return
+            self._activity.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._activity.wait(), remaining)
+
+    async def run_until_idle(self, idle_seconds: float, *, max_seconds: float = math.inf) -> WorkerStats:
+        """Run until idle for ``idle_seconds`` (or for ``max_seconds`` at the most), then stop
+        gracefully, as :meth:`stop` does; returns the counters."""
+        task = asyncio.create_task(self.run_async(), name="chokaq-worker")
+        try:
+            await self.until_idle(idle_seconds, max_seconds=max_seconds)
+        finally:
+            self.stop()
+            await task
+        return self.counts
 
     def _slot_freed(self) -> None:
         self._slot.set()
@@ -233,21 +289,18 @@ class Worker:
             self.concurrency,
             self.prefetch,
         )
-        helpers = [
-            asyncio.create_task(self._heartbeat_loop(), name="chokaq-heartbeat"),
-            asyncio.create_task(self._finalize_loop(), name="chokaq-finalize"),
-        ]
+        helpers = Supervisor(self._helper_died)
+        helpers.start("chokaq-heartbeat", self.heartbeat.run())
+        helpers.start("chokaq-finalize", self.completer.run())
         if self.outage.health_file is not None:
-            helpers.append(asyncio.create_task(self._health_loop(), name="chokaq-health"))
-        if self.settings.storage.refresh_statistics and self.storage.dialect == "postgresql":
-            helpers.append(asyncio.create_task(self._statistics_loop(), name="chokaq-statistics"))
+            helpers.start("chokaq-health", self._health_loop())
+        if self.settings.storage.refresh_statistics and self.storage.supports_statistics_refresh:
+            helpers.start("chokaq-statistics", self._statistics_loop())
         try:
             await self._dispatch_loop()
         finally:
             await self._shutdown()
-            for task in helpers:
-                task.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
+            await helpers.close()
             unsubscribe()
             if listener is not None:
                 listener.set()
@@ -256,8 +309,16 @@ class Worker:
             self._db_pool.shutdown(wait=False)
             self._job_pool.shutdown(wait=False)
             self._stopped.set()
+            self._ended.set()
+            self._activity.set()
             self.outage.clear_health()
             log.info("worker %s stopped: %s", self.id, self.stats)
+        if self.failure is not None:
+            raise HelperDied(f"worker {self.id} stopped because a helper task ended: {self.failure}")
+
+    def _helper_died(self, reason: str) -> None:
+        self.failure = reason
+        self._begin_stop()
 
     async def _wait_for_database(self) -> None:
         """Start-up: wait for the database with capped backoff, one line per try, instead of
@@ -330,6 +391,7 @@ class Worker:
                         await self._db(self.storage.release, self.id, [r.lease for r in fetched])
                     elif fetched:
                         self.buffer.extend(fetched)
+                        self._active()
                         self._buffered.set()
                     if processing:
                         await self._db(self.storage.reschedule, self.id, [r.lease for r in processing])
@@ -361,7 +423,7 @@ class Worker:
             await asyncio.sleep(5.0)
 
     def _start_listener(self) -> threading.Event | None:
-        if not self.settings.storage.listen_notify or self.storage.dialect != "postgresql":
+        if not self.settings.storage.listen_notify or not self.storage.supports_notify:
             return None
         from chokaq.storage.notify import listen
 
@@ -450,7 +512,7 @@ class Worker:
                         skip=list(self.running),
                     )
                 )
-                self.stats["fetches"] += 1
+                self.counts.fetches += 1
                 self._fetch_failures = 0
             except Exception as exc:
                 failed = backoff(self._fetch_failures, base=poll)
@@ -480,6 +542,7 @@ class Worker:
                 continue
             if jobs:
                 self.buffer.extend(jobs)
+                self._active()
                 self._buffered.set()
                 continue
             if primary:
@@ -507,6 +570,7 @@ class Worker:
                 await self._start_batch(batch)
             finally:
                 self._in_start -= ids
+                self._active()  # started, back in the buffer, or lost: a change either way
                 self._starting -= len(batch)
                 self._slot.set()  # the other starter may have been waiting on these slots
 
@@ -548,8 +612,9 @@ class Worker:
             run = Running(record=rec, lease=rec.lease, ctx=ctx, traced=traced)
             self.running[rec.id] = run
             self.executing.add(rec.id)
-            self.stats["started"] += 1
+            self.counts.started += 1
             run.task = asyncio.create_task(self._execute(run), name=f"chokaq-job-{rec.id}")
+        self._active()
 
     # ------------------------------------------------------------------ execute
     async def _execute(self, run: Running) -> None:
@@ -576,9 +641,9 @@ class Worker:
                 if handler is None:
                     raise _Rejected(f"no handler is registered for job type {rec.type!r} on worker {self.id}")
                 await self._call(handler, run)
-                outcome = Outcome("success", run.lease, rec)
+                outcome = outcomes.succeeded(rec, run.lease)
             except _Rejected as exc:
-                outcome = Outcome("fail", run.lease, rec, reason=FailureReason.REJECTED, details=str(exc))
+                outcome = outcomes.rejected(rec, run.lease, str(exc))
             except asyncio.CancelledError as exc:
                 outcome = self._cancelled_outcome(run, exc)
             except BaseException as exc:
@@ -598,7 +663,7 @@ class Worker:
         instruments().processing_duration.record(outcome.duration_ms, {"queue": rec.queue, "type": rec.type})
         self.executing.discard(rec.id)
         self._slot_freed()
-        self._outcomes.put_nowait(outcome)
+        self.completer.put(outcome)
 
     async def _call(self, handler: Handler, run: Running) -> None:
         payload = handler.parse_payload(run.record.payload)
@@ -618,184 +683,57 @@ class Worker:
         finally:
             timer.cancel()
 
+    def _timeout_for(self, job_type: str) -> float:
+        handler = self.app.handlers.get(job_type)
+        return (handler.timeout if handler is not None else None) or self.settings.execution.default_timeout
+
     def _cancelled_outcome(self, run: Running, exc: BaseException) -> Outcome:
-        reason = run.ctx.cancel_reason
-        if reason == CANCEL_SHUTDOWN:
-            if run.thread is not None and not run.thread.done():
-                # The thread runs on and may still have effects: giving the job back now could
-                # run it twice. It stays Processing; when this process exits it becomes a zombie.
-                log.error("job %s did not stop within the shutdown grace; leaving it to zombie rescue", run.record.id)
-                return Outcome("drop", run.lease, run.record)
-            return Outcome("reschedule", run.lease, run.record)
-        if reason == CANCEL_HEARTBEAT:
-            return Outcome(
-                "fail",
-                run.lease,
-                run.record,
-                reason=FailureReason.HEARTBEAT_FAILURE,
-                details=f"cancelled after {self._hb_failures} consecutive heartbeat write failures",
-            )
-        if reason == CANCEL_LOST:
-            return Outcome("drop", run.lease, run.record)
-        timeout = self.app.handlers[run.record.type].timeout if run.record.type in self.app.handlers else None
-        limit = timeout or self.settings.execution.default_timeout
-        return Outcome(
-            "fail",
-            run.lease,
+        outcome = outcomes.cancelled(
             run.record,
-            reason=FailureReason.TIMEOUT,
-            details=f"execution exceeded the timeout of {limit:g}s",
+            run.lease,
+            run.ctx.cancel_reason,
+            thread_still_running=run.thread is not None and not run.thread.done(),
+            heartbeat_failures=self.heartbeat.failures,
+            timeout=self._timeout_for(run.record.type),
         )
+        if outcome.kind == "drop" and run.ctx.cancel_reason == CANCEL_SHUTDOWN:
+            log.error("job %s did not stop within the shutdown grace; leaving it to zombie rescue", run.record.id)
+        return outcome
 
     def _failure_outcome(self, run: Running, handler: Handler | None, exc: BaseException) -> Outcome:
         rec = run.record
         max_attempts = (handler.max_attempts if handler else None) or self.settings.retry.max_attempts
-        d = decide(
-            exc,
-            attempt=rec.attempt_count,
-            max_attempts=max_attempts,
-            created_at_utc=rec.created_at_utc,
-            retry=self.settings.retry,
-        )
+        outcome = outcomes.failed(rec, run.lease, exc, max_attempts=max_attempts, retry=self.settings.retry)
         instruments().failed.add(1, {"queue": rec.queue, "type": rec.type})
-        if d.retry:
+        if outcome.kind == "retry":
             log.info(
-                "job %s (%s) attempt %d failed, retry in %.1fs: %s", rec.id, rec.type, rec.attempt_count, d.delay, exc
+                "job %s (%s) attempt %d failed, retry in %.1fs: %s",
+                rec.id,
+                rec.type,
+                rec.attempt_count,
+                outcome.delay,
+                exc,
             )
-            return Outcome("retry", run.lease, rec, delay=d.delay)
-        log.warning(
-            "job %s (%s) attempt %d failed -> DLQ %s: %s",
-            rec.id,
-            rec.type,
-            rec.attempt_count,
-            d.reason.label if d.reason is not None else "?",
-            exc,
-        )
-        return Outcome("fail", run.lease, rec, reason=d.reason, details=describe(exc))
+        else:
+            log.warning(
+                "job %s (%s) attempt %d failed -> DLQ %s: %s",
+                rec.id,
+                rec.type,
+                rec.attempt_count,
+                outcome.reason.label if outcome.reason is not None else "?",
+                exc,
+            )
+        return outcome
 
     # ------------------------------------------------------------------ finalize
-    async def _finalize_loop(self) -> None:
-        while True:
-            first = await self._outcomes.get()
-            batch = [first]
-            while not self._outcomes.empty():
-                batch.append(self._outcomes.get_nowait())
-            await self._finalize(batch)
-
-    async def _finalize(self, batch: list[Outcome]) -> None:
-        """Record a batch of outcomes. Each stays in memory, in ``running`` and heartbeated, until
-        the database has it: an outage only delays it (capped backoff, however long), so the sweep
-        never buries work that is done. A replay that finds its own earlier success counts as one
-        (see Storage.complete and friends); only a real conflict or a non-transient error ends it."""
-        successes = [o for o in batch if o.kind == "success"]
-        others = [o for o in batch if o.kind != "success"]
-        attempt = 0
-        while successes or others:
-            try:
-                if successes:
-                    await self._record_successes(successes)
-                    self._done(successes)
-                    successes = []
-                while others:
-                    await self._finalize_one(others[0])
-                    self._done(others[:1])
-                    others.pop(0)
-                self.outage.succeeded()
-            except Exception as exc:
-                if not is_transient(exc):
-                    # A bug or a refused statement: retrying cannot help. The sweep recovers the job.
-                    failed = successes or others[:1]
-                    log.exception("finalising %d outcome(s) failed; the sweep will recover them", len(failed))
-                    self._done(failed, left=True)
-                    if successes:
-                        successes = []
-                    else:
-                        others.pop(0)
-                    continue
-                delay = backoff(attempt)
-                attempt += 1
-                self.outage.failed("finalise", exc, delay)
-                await asyncio.sleep(delay)
-
-    def _done(self, outcomes: list[Outcome], *, left: bool = False) -> None:
-        for o in outcomes:
+    def _done(self, finished: list[Outcome], *, left: bool = False) -> None:
+        """Outcomes the completer recorded (or, ``left``, abandoned to the sweep): slots free up."""
+        for o in finished:
             self.running.pop(o.record.id, None)
             if left or o.kind == "drop":
                 self._left[o.record.id] = o.lease.attempt
         self._slot.set()
-
-    async def _record_successes(self, successes: list[Outcome]) -> None:
-        ins = instruments()
-        done = await self._db(self.storage.complete, self.id, [Completion(o.lease, o.duration_ms) for o in successes])
-        archived: Counter[tuple[str, str]] = Counter()
-        for o in successes:
-            if o.record.id in done:
-                archived[(o.record.queue, o.record.type)] += 1
-                bus.publish("job.archived", id=o.record.id, queue=o.record.queue, type=o.record.type)
-        for (queue, type_), n in archived.items():
-            ins.completed.add(n, {"queue": queue, "type": type_})
-        self.stats["succeeded"] += len(done)
-        self._conflict("complete", len(successes) - len(done))
-
-    async def _finalize_one(self, o: Outcome) -> None:
-        ins = instruments()
-        attrs = {"queue": o.record.queue, "type": o.record.type}
-        if o.kind == "fail":
-            assert o.reason is not None
-            ok = await self._db(self.storage.fail, o.lease, o.reason, o.details)
-            if ok:
-                self.stats["failed"] += 1
-                ins.dlq.add(1, {**attrs, "reason": o.reason.label})
-                bus.publish("job.failed", id=o.record.id, queue=o.record.queue, reason=o.reason.label)
-            else:
-                self._conflict("fail")
-        elif o.kind == "retry":
-            ok = await self._db(self.storage.retry, o.lease, o.delay)
-            if ok:
-                self.stats["retried"] += 1
-                ins.retried.add(1, {**attrs, "attempt": o.record.attempt_count})
-                bus.publish("job.updated", id=o.record.id, queue=o.record.queue, status="Pending")
-            else:
-                self._conflict("retry")
-        elif o.kind == "reschedule":
-            moved = await self._db(self.storage.reschedule, self.id, [o.lease])
-            if not moved:
-                self._conflict("reschedule")
-        # "drop": the job was taken from us; nothing to write.
-
-    # ------------------------------------------------------------------ heartbeat
-    async def _heartbeat_loop(self) -> None:
-        ex = self.settings.execution
-        ins = instruments()
-        while True:
-            await asyncio.sleep(random.uniform(ex.heartbeat_interval_min, ex.heartbeat_interval_max))
-            runs = list(self.running.values())
-            if not runs:
-                continue
-            try:
-                alive = await self._db(self.storage.heartbeat, self.id, [r.lease for r in runs])
-            except Exception as exc:
-                self.outage.failed("heartbeat", exc)
-                self._hb_failures += 1
-                for r in runs:
-                    ins.heartbeat_failures.add(1, {"queue": r.record.queue, "type": r.record.type})
-                if self._hb_failures >= ex.heartbeat_failure_threshold:
-                    log.error("heartbeat degraded: %d consecutive write failures (%s)", self._hb_failures, exc)
-                    if ex.cancel_on_heartbeat_failure:
-                        for r in runs:
-                            self._cancel(r, CANCEL_HEARTBEAT)
-                else:
-                    log.warning("heartbeat write failed (%d in a row): %s", self._hb_failures, exc)
-                continue
-            self._hb_failures = 0
-            self.outage.succeeded()
-            # Only handlers still running: a finished job's row may be gone because its outcome
-            # committed unheard; the finaliser's replay tells that apart from a real loss.
-            lost = [r for r in runs if r.lease.job_id not in alive and r.record.id in self.executing]
-            if lost:
-                self._conflict("heartbeat", len(lost))
-                for r in lost:
-                    self._cancel(r, CANCEL_LOST)
+        self._active()
 
     # ------------------------------------------------------------------ planner statistics
     async def _statistics_loop(self) -> None:

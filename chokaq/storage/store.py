@@ -613,6 +613,17 @@ class Storage:
         # committed: a later call for them may recognise its own success (see _unheard_move).
         self._unheard: set[tuple[str, str, int]] = set()
 
+    # What this database offers the worker, asked by name rather than by dialect outside storage/.
+    @property
+    def supports_notify(self) -> bool:
+        """LISTEN/NOTIFY wake-ups (see storage/notify.py): PostgreSQL."""
+        return self.dialect == "postgresql"
+
+    @property
+    def supports_statistics_refresh(self) -> bool:
+        """Whether :meth:`refresh_statistics` can ever do anything here: PostgreSQL."""
+        return self.dialect == "postgresql"
+
     # ------------------------------------------------------------------ transactions
     def close(self) -> None:
         if self._autocommit is not None:
@@ -1354,7 +1365,7 @@ class Storage:
         (and 1,000 rows) changed since the last ANALYZE: analysed only if that was over
         ``min_age`` seconds ago, so a busy queue is not analysed every second.
         """
-        if self.dialect != "postgresql":
+        if not self.supports_statistics_refresh:
             return False
         row = self.read(
             lambda c: c.execute(

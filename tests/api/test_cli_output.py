@@ -5,7 +5,6 @@ from __future__ import annotations
 from click.testing import CliRunner
 from sqlalchemy import update
 
-import chokaq.cli.admin_cmds  # noqa: F401 - registers `chokaq dlq`
 from chokaq import ChokaQ
 from chokaq.cli.main import cli
 from chokaq.storage.schema import jobs_dlq

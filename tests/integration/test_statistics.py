@@ -142,3 +142,12 @@ def test_refresh_statistics_is_a_no_op_elsewhere(tmp_path: Any) -> None:
     app.storage.enqueue_many([EnqueueRequest(type="t", payload="{}") for _ in range(2000)])
     assert app.storage.refresh_statistics() is False
     app.close()
+
+
+def test_storage_names_what_it_supports(db_url: str) -> None:
+    # The worker asks these, not the dialect: NOTIFY wake-ups and planner statistics are PostgreSQL's.
+    app = ChokaQ(storage_url=db_url)
+    on_pg = db_url.startswith("postgresql")
+    assert app.storage.supports_notify is on_pg
+    assert app.storage.supports_statistics_refresh is on_pg
+    app.close()

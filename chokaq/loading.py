@@ -1,4 +1,4 @@
-"""Finding the user's app object from ``pkg.module:attribute``."""
+"""Finding the user's app object from ``pkg.module:attribute``: the CLI and the Functions host share it."""
 
 from __future__ import annotations
 

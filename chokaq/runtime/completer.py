@@ -1,0 +1,151 @@
+"""Writes a worker's outcomes to the database in batches: all waiting successes in one statement,
+then each failure, retry and reschedule.
+
+An outcome stays held (the worker keeps its job in ``running``, heartbeated) until the database
+has it. A transient error (see ``storage.engine.is_transient``) is retried after ``backoff(n)``,
+however long the outage lasts, so the sweep never buries work that is done; a replay that finds
+its own earlier success counts as one (see Storage.complete and friends). A non-transient error
+cannot be helped by retrying: that outcome is abandoned to the sweep and the rest go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+from chokaq.runtime.events import bus
+from chokaq.runtime.outage import Outage, backoff
+from chokaq.runtime.outcomes import Outcome
+from chokaq.runtime.stats import WorkerStats
+from chokaq.storage.engine import is_transient
+from chokaq.storage.store import Completion, Storage
+from chokaq.telemetry import instruments
+
+# The worker's logger: these lines were the worker's before the completer had a module of its own.
+log = logging.getLogger("chokaq.worker")
+T = TypeVar("T")
+
+
+class DbCall(Protocol):
+    """Runs a blocking storage call off the event loop (the worker's database threads)."""
+
+    def __call__(self, fn: Callable[..., T], /, *args: Any) -> Awaitable[T]: ...
+
+
+class Completer:
+    def __init__(
+        self,
+        storage: Storage,
+        worker_id: str,
+        outage: Outage,
+        counts: WorkerStats,
+        *,
+        db: DbCall,
+        recorded: Callable[[list[Outcome]], None],
+        abandoned: Callable[[list[Outcome]], None],
+        conflict: Callable[[str, int], None],
+        retry_delay: Callable[[int], float] = backoff,
+        retryable: Callable[[BaseException], bool] = is_transient,
+    ) -> None:
+        """``recorded`` and ``abandoned`` hand outcomes back to the worker once the database has
+        them, or once they are left to the sweep; ``retry_delay(attempt)`` and ``retryable(exc)``
+        are the retry policy."""
+        self.storage = storage
+        self.worker_id = worker_id
+        self.outage = outage
+        self.counts = counts
+        self._db = db
+        self._recorded = recorded
+        self._abandoned = abandoned
+        self._conflict = conflict
+        self._retry_delay = retry_delay
+        self._retryable = retryable
+        # Binds to the running loop on first use (Python >= 3.10), not here.
+        self._queue: asyncio.Queue[Outcome] = asyncio.Queue()
+
+    def put(self, outcome: Outcome) -> None:
+        self._queue.put_nowait(outcome)
+
+    async def run(self) -> None:
+        """Take every outcome waiting, record them as one batch, repeat."""
+        while True:
+            first = await self._queue.get()
+            batch = [first]
+            while not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            await self.record(batch)
+
+    async def record(self, batch: list[Outcome]) -> None:
+        successes = [o for o in batch if o.kind == "success"]
+        others = [o for o in batch if o.kind != "success"]
+        attempt = 0
+        while successes or others:
+            try:
+                if successes:
+                    await self._record_successes(successes)
+                    self._recorded(successes)
+                    successes = []
+                while others:
+                    await self._record_one(others[0])
+                    self._recorded(others[:1])
+                    others.pop(0)
+                self.outage.succeeded()
+            except Exception as exc:
+                if not self._retryable(exc):
+                    # A bug or a refused statement: retrying cannot help. The sweep recovers the job.
+                    failed = successes or others[:1]
+                    log.exception("finalising %d outcome(s) failed; the sweep will recover them", len(failed))
+                    self._abandoned(failed)
+                    if successes:
+                        successes = []
+                    else:
+                        others.pop(0)
+                    continue
+                delay = self._retry_delay(attempt)
+                attempt += 1
+                self.outage.failed("finalise", exc, delay)
+                await asyncio.sleep(delay)
+
+    async def _record_successes(self, successes: list[Outcome]) -> None:
+        ins = instruments()
+        done = await self._db(
+            self.storage.complete, self.worker_id, [Completion(o.lease, o.duration_ms) for o in successes]
+        )
+        archived: Counter[tuple[str, str]] = Counter()
+        for o in successes:
+            if o.record.id in done:
+                archived[(o.record.queue, o.record.type)] += 1
+                bus.publish("job.archived", id=o.record.id, queue=o.record.queue, type=o.record.type)
+        for (queue, type_), n in archived.items():
+            ins.completed.add(n, {"queue": queue, "type": type_})
+        self.counts.succeeded += len(done)
+        self._conflict("complete", len(successes) - len(done))
+
+    async def _record_one(self, o: Outcome) -> None:
+        ins = instruments()
+        attrs = {"queue": o.record.queue, "type": o.record.type}
+        if o.kind == "fail":
+            assert o.reason is not None
+            ok = await self._db(self.storage.fail, o.lease, o.reason, o.details)
+            if ok:
+                self.counts.failed += 1
+                ins.dlq.add(1, {**attrs, "reason": o.reason.label})
+                bus.publish("job.failed", id=o.record.id, queue=o.record.queue, reason=o.reason.label)
+            else:
+                self._conflict("fail", 1)
+        elif o.kind == "retry":
+            ok = await self._db(self.storage.retry, o.lease, o.delay)
+            if ok:
+                self.counts.retried += 1
+                ins.retried.add(1, {**attrs, "attempt": o.record.attempt_count})
+                bus.publish("job.updated", id=o.record.id, queue=o.record.queue, status="Pending")
+            else:
+                self._conflict("retry", 1)
+        elif o.kind == "reschedule":
+            moved = await self._db(self.storage.reschedule, self.worker_id, [o.lease])
+            if not moved:
+                self._conflict("reschedule", 1)
+        # "drop": the job was taken from us; nothing to write.

@@ -1,0 +1,79 @@
+"""What a registered job type is (``Handler``) and what its function is handed (``JobContext``).
+
+Its own module so that the app (which registers handlers) and the worker (which runs them) both
+depend on it and not on each other.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+_CANCEL_LOCK = threading.Lock()
+
+
+@dataclass(eq=False)
+class JobContext:
+    """Passed to handlers that take a ``ctx`` argument."""
+
+    job_id: str
+    attempt: int
+    queue: str
+    type: str
+    worker_id: str
+    cancel_reason: str | None = None
+    _flag: bool = field(default=False, repr=False)
+    # Made on first use: most jobs never look, and an Event per job is a lock and a condition.
+    _event: threading.Event | None = field(default=None, repr=False)
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the job should stop; a handler running in a thread can wait on it."""
+        if self._event is None:
+            with _CANCEL_LOCK:
+                if self._event is None:
+                    event = threading.Event()
+                    if self._flag:
+                        event.set()
+                    self._event = event
+        return self._event
+
+    def is_cancelled(self) -> bool:
+        return self._flag
+
+    def cancel(self, reason: str) -> None:
+        with _CANCEL_LOCK:
+            if self._flag:
+                return
+            self.cancel_reason = reason
+            self._flag = True
+            event = self._event
+        if event is not None:
+            event.set()
+
+
+@dataclass(frozen=True)
+class Handler:
+    name: str
+    fn: Callable[..., Any]
+    queue: str
+    payload_model: type[BaseModel] | None
+    is_async: bool
+    wants_ctx: bool
+    idempotent: bool
+    retry_zombies: bool
+    timeout: float | None
+    max_attempts: int | None
+
+    def parse_payload(self, text: str) -> Any:
+        if self.payload_model is not None:
+            return self.payload_model.model_validate_json(text)
+        return json.loads(text)
+
+    def payload_schema(self) -> dict[str, Any] | None:
+        return self.payload_model.model_json_schema() if self.payload_model is not None else None

@@ -1,0 +1,92 @@
+"""What a job's run came to, decided from how it ended: pure functions beside policy.py (which
+decides retry against DLQ for a failure). The worker records the result; nothing here touches the
+database, logs or counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chokaq.domain.models import JobRecord, Lease
+from chokaq.domain.states import FailureReason
+from chokaq.runtime.policy import decide, describe
+from chokaq.settings import RetrySettings
+
+# Why the worker cancelled a running job (JobContext.cancel_reason).
+CANCEL_SHUTDOWN = "shutdown"
+CANCEL_HEARTBEAT = "heartbeat_failure"
+CANCEL_LOST = "lost_ownership"
+CANCEL_TIMEOUT = "timeout"
+
+
+@dataclass
+class Outcome:
+    kind: str  # "success" | "fail" | "retry" | "reschedule" | "drop"
+    lease: Lease
+    record: JobRecord
+    duration_ms: int = 0
+    reason: FailureReason | None = None
+    details: str | None = None
+    delay: float = 0.0
+
+
+def succeeded(record: JobRecord, lease: Lease) -> Outcome:
+    return Outcome("success", lease, record)
+
+
+def rejected(record: JobRecord, lease: Lease, details: str) -> Outcome:
+    """The worker would not run it (no handler for its type): straight to the DLQ."""
+    return Outcome("fail", lease, record, reason=FailureReason.REJECTED, details=details)
+
+
+def cancelled(
+    record: JobRecord,
+    lease: Lease,
+    cancel_reason: str | None,
+    *,
+    thread_still_running: bool,
+    heartbeat_failures: int,
+    timeout: float,
+) -> Outcome:
+    """A job the worker stopped (``cancel_reason``), whatever it raised on the way out.
+
+    Shutdown gives the job back (reschedule) unless its handler thread runs on: then it may still
+    have effects, so it is left Processing for zombie rescue (drop) rather than run twice. Lost
+    ownership: someone else holds it now (drop). A run past ``timeout`` (the reason None or
+    CANCEL_TIMEOUT) and a heartbeat that kept failing are failures that go to the DLQ."""
+    if cancel_reason == CANCEL_SHUTDOWN:
+        return Outcome("drop" if thread_still_running else "reschedule", lease, record)
+    if cancel_reason == CANCEL_HEARTBEAT:
+        return Outcome(
+            "fail",
+            lease,
+            record,
+            reason=FailureReason.HEARTBEAT_FAILURE,
+            details=f"cancelled after {heartbeat_failures} consecutive heartbeat write failures",
+        )
+    if cancel_reason == CANCEL_LOST:
+        return Outcome("drop", lease, record)
+    return Outcome(
+        "fail", lease, record, reason=FailureReason.TIMEOUT, details=f"execution exceeded the timeout of {timeout:g}s"
+    )
+
+
+def failed(
+    record: JobRecord,
+    lease: Lease,
+    exc: BaseException,
+    *,
+    max_attempts: int,
+    retry: RetrySettings,
+) -> Outcome:
+    """A handler that raised on its own: another attempt later (retry) or the DLQ (fail), as the
+    retry policy decides."""
+    d = decide(
+        exc,
+        attempt=record.attempt_count,
+        max_attempts=max_attempts,
+        created_at_utc=record.created_at_utc,
+        retry=retry,
+    )
+    if d.retry:
+        return Outcome("retry", lease, record, delay=d.delay)
+    return Outcome("fail", lease, record, reason=d.reason, details=describe(exc))

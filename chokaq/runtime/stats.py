@@ -1,0 +1,18 @@
+"""A worker's counters since it started."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class WorkerStats:
+    fetches: int = 0  # claims made (each one round trip, whatever it returned)
+    started: int = 0  # handlers launched
+    succeeded: int = 0  # successes the database recorded
+    failed: int = 0  # jobs moved to the DLQ
+    retried: int = 0  # jobs sent back to Pending for another attempt
+    conflicts: int = 0  # stale moves: jobs this worker no longer owned
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
