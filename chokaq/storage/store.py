@@ -693,19 +693,8 @@ class Storage:
     @contextlib.contextmanager
     def ambiguity(self) -> Iterator[Ambiguity]:
         """Tells whether a write in the block, on this thread, failed in a way that may have
-        committed (a lost reply): the block's outcome may then include changes it never saw."""
-        seen = Ambiguity()
-        self._local.ambiguous = False
-        try:
-            yield seen
-        finally:
-            seen.ambiguous = bool(getattr(self._local, "ambiguous", False))
-            self._local.ambiguous = False
-
-    @contextlib.contextmanager
-    def _watch(self) -> Iterator[Ambiguity]:
-        """Like :meth:`ambiguity`, for one storage call, but nested: an enclosing ``ambiguity()``
-        block still learns what happened inside."""
+        committed (a lost reply): the block's outcome may then include changes it never saw.
+        Blocks nest: an enclosing block also learns what happened in an inner one."""
         outer = bool(getattr(self._local, "ambiguous", False))
         self._local.ambiguous = False
         seen = Ambiguity()
@@ -723,7 +712,7 @@ class Storage:
         was lost by this worker, and that stays a conflict."""
         keys = [(op, lease.job_id, lease.attempt) for lease in leases]
         try:
-            with self._watch() as seen:
+            with self.ambiguity() as seen:
                 result = run()
         except Exception:
             if seen.ambiguous:  # set when the block is left, exception or not
@@ -876,36 +865,9 @@ class Storage:
 
         if conn is not None:
             return work(self.bind(conn))
-        result = self._stored_once(lambda: self.write(work, op="enqueue"), job_id, (job_id, True))
+        result = self.write(work, op="enqueue")
         self.announce({req.queue: float(req.delay_seconds)})
         return result
-
-    def _stored_once(
-        self, store: Callable[[], T], job_id: str | None, stored: T, reqs: Sequence[EnqueueRequest] = ()
-    ) -> T:
-        """A replay whose first attempt committed unheard (a lost COMMIT reply) meets its own job
-        id, which this call made up: the job is stored, once. Any other conflict is raised.
-        ``reqs`` (enqueue_many): jobs with idempotency keys report the id stored under their key."""
-        try:
-            return store()
-        except IntegrityError:
-            if job_id is None:
-                raise
-            hot = jobs_hot.c
-
-            def check(c: Connection) -> list[str | None] | None:
-                if c.execute(select(hot.Id).where(hot.Id == job_id)).first() is None:
-                    return None
-                keyed = [r.idempotency_key for r in reqs]
-                by_key = select(hot.Id).where(hot.IdempotencyKey == bindparam("key"))
-                return [c.execute(by_key, {"key": k}).scalar() if k is not None else None for k in keyed]
-
-            found = self.read(check, op="enqueue_check")
-            if found is None:
-                raise
-            if isinstance(stored, list):
-                return [k if k is not None else i for i, k in zip(stored, found, strict=True)]  # type: ignore[return-value]
-            return stored
 
     def enqueue_many(self, reqs: Sequence[EnqueueRequest]) -> list[str]:
         """Bulk insert, in transactions of at most ``Storage.CleanupBatchSize`` jobs each, so a
@@ -970,13 +932,7 @@ class Storage:
         result: list[str] = []
         for start in range(0, len(reqs), size):
             part = reqs[start : start + size]
-            plain = [start + i for i, r in enumerate(part) if r.idempotency_key is None]
-            result += self._stored_once(
-                functools.partial(self.write, batch(start), op="enqueue_many"),
-                ids[plain[0]] if plain else None,
-                ids[start : start + size],
-                part,
-            )
+            result += self.write(batch(start), op="enqueue_many")
             due: dict[str, float] = {}
             for r in part:
                 due[r.queue] = min(due.get(r.queue, float(r.delay_seconds)), float(r.delay_seconds))
