@@ -74,50 +74,54 @@ HOT_ROW = (
 
 def hot_record(row: Any) -> JobRecord:
     if tuple(row._fields) == HOT_ROW:
-        # A whole JobsHot row (every claim returns one): unpacked by position, which costs a
-        # worker far less per job than the generic mapping walk below.
-        (
-            job_id,
-            queue,
-            type_,
-            payload,
-            tags,
-            idempotency_key,
-            priority,
-            status,
-            attempt_count,
-            worker_id,
-            heartbeat_utc,
-            scheduled_at_utc,
-            created_at_utc,
-            started_at_utc,
-            last_updated_utc,
-            created_by,
-            last_modified_by,
-            zombie_retry,
-        ) = row
-        return JobRecord(
-            id=job_id,
-            location=Location.HOT,
-            queue=queue,
-            type=type_,
-            payload=payload,
-            tags=tags,
-            attempt_count=attempt_count,
-            worker_id=worker_id,
-            created_by=created_by,
-            last_modified_by=last_modified_by,
-            created_at_utc=created_at_utc,
-            status=JobStatus(status),
-            priority=priority,
-            idempotency_key=idempotency_key,
-            heartbeat_utc=heartbeat_utc,
-            scheduled_at_utc=scheduled_at_utc,
-            started_at_utc=started_at_utc,
-            last_updated_utc=last_updated_utc,
-            zombie_retry=bool(zombie_retry),
-        )
+        return hot_record_from_values(row)
     return to_record(Location.HOT, row)
+
+
+def hot_record_from_values(values: Any) -> JobRecord:
+    """A whole JobsHot row, its values in :data:`HOT_ROW` order (every claim returns one):
+    unpacked by position, which costs a worker far less per job than the generic mapping walk."""
+    (
+        job_id,
+        queue,
+        type_,
+        payload,
+        tags,
+        idempotency_key,
+        priority,
+        status,
+        attempt_count,
+        worker_id,
+        heartbeat_utc,
+        scheduled_at_utc,
+        created_at_utc,
+        started_at_utc,
+        last_updated_utc,
+        created_by,
+        last_modified_by,
+        zombie_retry,
+    ) = values
+    return JobRecord(
+        id=job_id,
+        location=Location.HOT,
+        queue=queue,
+        type=type_,
+        payload=payload,
+        tags=tags,
+        attempt_count=attempt_count,
+        worker_id=worker_id,
+        created_by=created_by,
+        last_modified_by=last_modified_by,
+        created_at_utc=created_at_utc,
+        status=JobStatus(status),
+        priority=priority,
+        idempotency_key=idempotency_key,
+        heartbeat_utc=heartbeat_utc,
+        scheduled_at_utc=scheduled_at_utc,
+        started_at_utc=started_at_utc,
+        last_updated_utc=last_updated_utc,
+        zombie_retry=bool(zombie_retry),
+    )
 
 
 def archive_record(row: Any) -> JobRecord:

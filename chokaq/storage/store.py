@@ -52,9 +52,10 @@ from chokaq.domain.models import EnqueueRequest, JobRecord, Lease, QueueInfo, Qu
 from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.settings import StorageSettings
 from chokaq.storage.engine import build_engine, is_transient
+from chokaq.storage.executor import Executor
 from chokaq.storage.lookup import get_job_statement, record_from_union, stored_ids_statement
 from chokaq.storage.mssql_shapes import CteUpdate, MoveBatch, lease_rowset
-from chokaq.storage.records import hot_record
+from chokaq.storage.records import hot_record, hot_record_from_values
 from chokaq.storage.schema import SCHEMA, jobs_archive, jobs_dlq, jobs_hot, queues, stats_summary
 from chokaq.storage.sqlfuncs import (
     MSSQL_CLAIM_HINT,
@@ -232,6 +233,18 @@ def _bump_statement(column: str) -> Any:
         update(stats_summary)
         .where(stats_summary.c.Queue == bindparam("stats_queue"))
         .values({col: col + delta, stats_summary.c.LastActivityUtc: utcnow()})
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _counter_insert(column: str) -> Any:
+    """A new StatsSummary row starting ``column`` at ``stats_delta`` (see :meth:`Storage.bump_stats`)."""
+    return insert(stats_summary).values(
+        {
+            "Queue": bindparam("stats_queue"),
+            column: cast(bindparam("stats_delta", type_=BigInteger()), BigInteger()),
+            "LastActivityUtc": utcnow(),
+        }
     )
 
 
@@ -599,6 +612,10 @@ class Storage:
         )
         self.dialect = self.engine.dialect.name
         self._autocommit = _autocommit_twin(self.engine)
+        # The hot path's own driver connections (see executor.py); SQL Server's come from the
+        # autocommit twin, already in autocommit.
+        translate = self.engine.get_execution_options().get("schema_translate_map")
+        self._executor = Executor(self._autocommit or self.engine, translate)
         self._known_queues: set[str] = set()
         self._limited_cache: tuple[float, list[str]] = (0.0, [])
         # Test hook: called with the operation name before each transaction attempt.
@@ -626,6 +643,7 @@ class Storage:
 
     # ------------------------------------------------------------------ transactions
     def close(self) -> None:
+        self._executor.close()
         if self._autocommit is not None:
             self._autocommit.dispose()
         self.engine.dispose()
@@ -644,6 +662,15 @@ class Storage:
         trips on the worker's hot path (claim, start, heartbeat). SQLite keeps its BEGIN IMMEDIATE.
         """
         return self._run(fn, op=op, readonly=False, single=True)
+
+    def _driver(self, stmt: Any, params: dict[str, Any], *, op: str) -> list[tuple[Any, ...]]:
+        """One hot-path writing statement straight through the driver (see executor.py), replayed
+        on transient errors and watched for lost replies exactly as :meth:`write_one` does."""
+
+        def sending() -> None:
+            self._local.sent = True  # from here on a failure may come after the server ran it
+
+        return self._retrying(lambda: self._executor.run(stmt, params, sending=sending), op=op)
 
     def _run(self, fn: Callable[[Connection], T], *, op: str, readonly: bool, single: bool = False) -> T:
         def attempt() -> T:
@@ -950,8 +977,22 @@ class Storage:
         limited: bool,
         claim: _ClaimOptions,
     ) -> list[JobRecord]:
+        query = self._claim_query(conn.dialect.name, worker_id, limit, queue_names, limited=limited, claim=claim)
+        return [] if query is None else [hot_record(r) for r in conn.execute(*query).all()]
+
+    @staticmethod
+    def _claim_query(
+        dialect: str,
+        worker_id: str,
+        limit: int,
+        queue_names: Sequence[str] | None,
+        *,
+        limited: bool,
+        claim: _ClaimOptions,
+    ) -> tuple[Any, dict[str, Any]] | None:
+        """The claim statement and its parameters (None: nothing to claim)."""
         if limit <= 0:
-            return []
+            return None
         params: dict[str, Any] = {"claim_worker": worker_id, "claim_skip": list(claim.skip)}
         if queue_names:
             params["claim_queues"] = list(queue_names)
@@ -959,14 +1000,14 @@ class Storage:
         if zombie_retry:
             params["zombie_types"] = list(claim.zombie_retry_types)
         stmt: Any
-        if conn.dialect.name == "mssql":
+        if dialect == "mssql":
             params.pop("claim_queues", None)
             for i, name in enumerate(queue_names or ()):
                 params[f"claim_queue_{i}"] = name
             stmt = _mssql_claim_statement(len(queue_names or ()), limited, limit, claim.start, zombie_retry)
         else:
             stmt = _claim_statement(bool(queue_names), limited, limit, claim.start, zombie_retry)
-        return [hot_record(r) for r in conn.execute(stmt, params).all()]
+        return stmt, params
 
     def _limited_queues(self) -> list[str]:
         """Queues with MaxWorkers, re-read at most every second: the list only decides which
@@ -1006,9 +1047,8 @@ class Storage:
         their queue row, so the count of their Fetched and Processing jobs never passes the limit.
         """
         opts = _ClaimOptions(start, tuple(zombie_retry_types), tuple(skip))
-        claimed = self.write_one(
-            lambda c: self._claim(c, worker_id, limit, queue_names, limited=False, claim=opts), op="fetch"
-        )
+        query = self._claim_query(self.dialect, worker_id, limit, queue_names, limited=False, claim=opts)
+        claimed = [] if query is None else [hot_record_from_values(r) for r in self._driver(*query, op="fetch")]
         limited = [n for n in self._limited_queues() if not queue_names or n in queue_names]
 
         def claim_limited(c: Connection) -> list[JobRecord]:
@@ -1056,17 +1096,13 @@ class Storage:
         if zombie_retry_types:
             params["zombie_types"] = list(zombie_retry_types)
         stmt = _start_statement(groups, bool(zombie_retry_types))
-
-        def work(c: Connection) -> list[Any]:
-            return list(c.execute(stmt, params))
-
         by_id = {j.id: j for j in jobs}
         # The new state of each started job, written to the caller's records only once the whole
         # call has succeeded: a follow-up read or release that fails sends the batch back to the
         # worker's buffer, and records already saying Processing at the next attempt would then
         # fence the retried start out (the job stranded Processing, never run).
         fresh: dict[str, tuple[int, Any, Any, Any, bool]] = {}
-        for job_id, attempt, started_at, heartbeat, updated, zombie_retry in self.write_one(work, op="start"):
+        for job_id, attempt, started_at, heartbeat, updated, zombie_retry in self._driver(stmt, params, op="start"):
             fresh[job_id] = (attempt, started_at, heartbeat, updated, bool(zombie_retry))
         rest = [lease for lease in leases if lease.job_id not in fresh]
         if rest:
@@ -1122,12 +1158,7 @@ class Storage:
             return set()
 
         groups, params = fence_params(worker_id, leases, self.dialect)
-        stmt = _heartbeat_statement(groups)
-
-        def work(c: Connection) -> set[str]:
-            return {r[0] for r in c.execute(stmt, params)}
-
-        return self.write_one(work, op="heartbeat")
+        return {r[0] for r in self._driver(_heartbeat_statement(groups), params, op="heartbeat")}
 
     # ------------------------------------------------------------------ finishing moves
     def move_rows(
@@ -1172,16 +1203,25 @@ class Storage:
     def move(self, move: MoveStatements, params: dict[str, Any], *, op: str) -> list[tuple[str, str]]:
         """Run a move and bump its counter atomically. Returns ``(Id, Queue)`` of each moved row."""
         if self.dialect == "postgresql":
-            return self.write_one(lambda c: [(r[0], r[1]) for r in c.execute(move.single, params)], op=op)
+            return [(r[0], r[1]) for r in self._driver(move.single, params, op=op)]
         if self.dialect == "mssql":
-            return self.write_one(lambda c: [(r[0], r[1]) for r in c.execute(move.batch, params)], op=op)
+            return [(r[0], r[1]) for r in self._driver(move.batch, params, op=op)]
+        return self._retrying(lambda: self._move_sqlite(move, params), op=op)
 
-        def work(c: Connection) -> list[tuple[str, str]]:
-            moved = self.move_in_db(c, move, params)
-            self.bump_stats(c, move.counter, Counter(queue for _, queue in moved))
-            return moved
-
-        return self.write(work, op=op)
+    def _move_sqlite(self, move: MoveStatements, params: dict[str, Any]) -> list[tuple[str, str]]:
+        """:meth:`move_in_db` and :meth:`bump_stats` in one transaction, through the driver.
+        Under BEGIN IMMEDIATE no other writer can create a counter row between the bump and its insert."""
+        with self._executor.transaction(sending=lambda: None) as tx:
+            copied = tx.run(move.copy, params)[1]
+            moved = [(r[0], r[1]) for r in tx.run(move.remove, params)[0]]
+            if copied != len(moved):
+                # Rolls the whole transaction back: nothing is half-moved.
+                raise RuntimeError(f"move: copied {copied} rows but deleted {len(moved)}")
+            for queue, n in sorted(Counter(q for _, q in moved).items()):
+                counted = {"stats_queue": queue, "stats_delta": n}
+                if not tx.run(_bump_statement(move.counter), counted)[1]:
+                    tx.run(_counter_insert(move.counter), counted)
+        return moved
 
     def complete(self, worker_id: str, done: Sequence[Completion]) -> set[str]:
         """Processing -> Archive for a batch of successes, in one transaction."""

@@ -1,0 +1,191 @@
+"""The hot path's own driver connections: claim, start, heartbeat and the finishing moves, straight
+through the driver (psycopg, pyodbc, sqlite3).
+
+Each database thread keeps one connection of its own, in autocommit (SQLite: BEGIN IMMEDIATE per
+call, as the engine does), taken from the engine once and detached from its pool, so it has exactly
+the pool's set-up: connect arguments and timeouts, SQL Server's login timeout, SET LOCK_TIMEOUT and
+token sign-in, SQLite's pragmas. Statements come from the same SQLAlchemy builders, rendered once
+per shape (executor_sql.py); rows come back as plain tuples, by position. On PostgreSQL they are
+prepared at their first use (SQLAlchemy's path prepares only after psycopg's fifth).
+
+Driver errors are raised as SQLAlchemy raises them (``DBAPIError.instance``, with
+``connection_invalidated`` from the dialect's own disconnect test), so Storage's replay rules,
+``is_transient`` and the lost-reply bookkeeping see exactly what they saw before. A connection that
+broke is dropped, and the thread's next call connects again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from chokaq.storage.executor_sql import Rendered, expanding_names, render
+
+Rows = list[tuple[Any, ...]]
+
+
+class _Link:
+    """One thread's connection: the detached SQLAlchemy connection (which closes the driver's when
+    closed) and the driver connection itself."""
+
+    __slots__ = ("owner", "pid", "raw")
+
+    def __init__(self, owner: Connection) -> None:
+        self.owner = owner
+        self.raw: Any = owner.connection.dbapi_connection
+        self.pid = os.getpid()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # already broken: nothing left to close cleanly
+            self.owner.close()
+
+
+class Transaction:
+    """Statements of one SQLite transaction (BEGIN IMMEDIATE ... COMMIT) on the thread's link."""
+
+    def __init__(self, executor: Executor, link: _Link) -> None:
+        self._executor = executor
+        self._link = link
+
+    def run(self, stmt: Any, params: Mapping[str, Any]) -> tuple[Rows, int]:
+        """Rows and rowcount of one statement."""
+        return self._executor._execute(self._link, stmt, params)
+
+
+class Executor:
+    """Runs pre-rendered statements on per-thread driver connections. Thread-safe."""
+
+    def __init__(self, engine: Engine, schema_translate_map: Mapping[str | None, str | None] | None = None) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect
+        self._map = schema_translate_map
+        self._pg = self.dialect.name == "postgresql"
+        self._sqlite = self.dialect.name == "sqlite"
+        self._shapes: dict[Any, tuple[tuple[str, ...], dict[tuple[int, ...], Rendered]]] = {}
+        self._local = threading.local()
+        self._links: list[_Link] = []
+        self._lock = threading.Lock()
+
+    # ----------------------------------------------------------------- statements
+    def rendered(self, stmt: Any, params: Mapping[str, Any]) -> Rendered:
+        """``stmt`` rendered for parameters shaped like ``params`` (once per shape)."""
+        shape = self._shapes.get(stmt)
+        if shape is None:
+            shape = self._shapes[stmt] = (expanding_names(stmt, self.dialect, self._map), {})
+        expanding, done = shape
+        key = tuple(len(params[n]) for n in expanding)
+        found = done.get(key)
+        if found is None:
+            found = done[key] = render(stmt, self.dialect, params, self._map)
+        return found
+
+    # ----------------------------------------------------------------- running
+    def run(self, stmt: Any, params: Mapping[str, Any], *, sending: Callable[[], None]) -> Rows:
+        """Run one writing statement by itself (autocommit; SQLite in its own transaction) and
+        return its rows. ``sending`` is called once the connection is there, just before the
+        statement goes out: from then on a failure may come after the server ran it."""
+        if self._sqlite:
+            with self.transaction(sending=sending) as tx:
+                return tx.run(stmt, params)[0]
+        link = self._link()
+        sending()
+        return self._execute(link, stmt, params)[0]
+
+    @contextlib.contextmanager
+    def transaction(self, *, sending: Callable[[], None]) -> Iterator[Transaction]:
+        """SQLite: one BEGIN IMMEDIATE transaction (writers take the lock up front, as the engine's
+        ``begin`` hook does), committed when the block ends and rolled back when it raises."""
+        link = self._link()
+        sending()
+        self._call(link, lambda: link.raw.execute("BEGIN IMMEDIATE"))
+        try:
+            yield Transaction(self, link)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the block's own error is the one to report
+                link.raw.rollback()
+            raise
+        self._call(link, link.raw.commit)
+
+    def _execute(self, link: _Link, stmt: Any, params: Mapping[str, Any]) -> tuple[Rows, int]:
+        rendered = self.rendered(stmt, params)
+        values = rendered.bind(params)
+        cursor = link.raw.cursor()
+        try:
+            if rendered.inputsizes is not None:
+                cursor.setinputsizes(rendered.inputsizes)
+            if self._pg:
+                cursor.execute(rendered.sql, values, prepare=True)
+            else:
+                cursor.execute(rendered.sql, values)
+            fetched = cursor.fetchall() if cursor.description else []
+            return rendered.rows(fetched), cursor.rowcount
+        except self.dialect.loaded_dbapi.Error as exc:
+            raise self._wrapped(exc, link, cursor, rendered.sql, values) from exc
+        finally:
+            with contextlib.suppress(Exception):
+                cursor.close()
+
+    def _call(self, link: _Link, fn: Callable[[], Any]) -> None:
+        try:
+            fn()
+        except self.dialect.loaded_dbapi.Error as exc:
+            raise self._wrapped(exc, link, None, "", None) from exc
+
+    def _wrapped(self, exc: Any, link: _Link, cursor: Any, sql: str, values: Any) -> Exception:
+        """The error as SQLAlchemy raises it; a connection that broke is dropped."""
+        invalidated = bool(self.dialect.is_disconnect(exc, link.raw, cursor))
+        if invalidated or bool(getattr(link.raw, "closed", False)) or bool(getattr(link.raw, "broken", False)):
+            self._drop(link)
+        wrapped: Exception = DBAPIError.instance(
+            sql,
+            values,
+            exc,
+            self.dialect.loaded_dbapi.Error,
+            connection_invalidated=invalidated,
+            dialect=self.dialect,
+        )
+        return wrapped
+
+    # ----------------------------------------------------------------- connections
+    def _link(self) -> _Link:
+        link: _Link | None = getattr(self._local, "link", None)
+        if link is not None and link.pid == os.getpid():
+            return link
+        # Connect through the engine: connect errors are raised and classified as before, and the
+        # pool's connect-time set-up runs. Detached, the connection no longer counts in the pool.
+        owner = self.engine.connect()
+        try:
+            owner.detach()
+            link = _Link(owner)
+            if not self._sqlite and not link.raw.autocommit:
+                link.raw.autocommit = True
+        except BaseException:
+            owner.close()
+            raise
+        self._local.link = link
+        with self._lock:
+            self._links.append(link)
+        return link
+
+    def _drop(self, link: _Link) -> None:
+        if getattr(self._local, "link", None) is link:
+            self._local.link = None
+        with self._lock:
+            if link in self._links:
+                self._links.remove(link)
+        link.close()
+
+    def close(self) -> None:
+        """Close every thread's connection (at shutdown: no call may be running)."""
+        with self._lock:
+            links, self._links = self._links, []
+        for link in links:
+            if link.pid == os.getpid():
+                link.close()
+        self._local = threading.local()
