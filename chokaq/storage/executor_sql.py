@@ -99,6 +99,10 @@ def render(
     )
     if not isinstance(compiled, SQLCompiler) or compiled.escaped_bind_names:
         raise NotImplementedError("the executor takes plain SQL statements with plain parameter names")
+    for bind in compiled.literal_execute_params:
+        if compiled.bind_names[bind] in sample:
+            # Rendered into the text (SQL Server's TOP n): a value per call would need a text per call.
+            raise NotImplementedError(f"parameter {compiled.bind_names[bind]!r} is rendered into the statement")
     defaults = compiled.construct_params(dict(sample), escape_names=False)
     expanded = compiled.construct_expanded_state(dict(sample), escape_names=False)
     names = list(expanded.positiontup or ()) if compiled.positional else list(expanded.parameters)
@@ -154,7 +158,7 @@ def _inputsizes(
     lookup: Any = compiled._get_set_input_sizes_lookup()  # type: ignore[no-untyped-call]
     if lookup is None:
         return None
-    if origin or compiled.literal_execute_params:
+    if origin:
         raise NotImplementedError("setinputsizes for expanding parameters is not needed on the hot path")
     sizes = [lookup[compiled.binds[n]] for n in names]
     if not any(s is not None for s in sizes):
