@@ -1,0 +1,93 @@
+"""The hot path's executor on SQL Server, as far as pyodbc: the same SQL text, parameter values and
+``setinputsizes`` types as SQLAlchemy's own execution of the same statement, one round trip per
+operation, on a connection put in autocommit once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chokaq.domain.models import Lease
+from chokaq.domain.states import FailureReason
+from chokaq.storage import Storage
+from chokaq.storage.store import (
+    Completion,
+    _complete_statements,
+    _fail_statements,
+    _heartbeat_statement,
+    _mssql_claim_statement,
+    _start_statement,
+    fence_params,
+)
+from tests.driver.recording import Call, Recorder
+from tests.driver.rows import HOT, columns, row
+from tests.driver.test_statements import STARTED, assert_one_statement, pin_limited_queues
+
+LEASES = [Lease("01A", "w", 1), Lease("01B", "w", 2)]
+
+
+def hot_statements() -> list[tuple[str, Any, dict[str, Any]]]:
+    groups, fence = fence_params("w", LEASES, "mssql")
+    claim = {"claim_worker": "w", "claim_skip": '["01X"]'}
+    return [
+        ("claim", _mssql_claim_statement(0, False, 10), claim),
+        ("claim by queues", _mssql_claim_statement(2, False, 4), {**claim, "claim_queue_0": "a", "claim_queue_1": "b"}),
+        ("claim and start", _mssql_claim_statement(1, False, 3, True, True), {**claim, "claim_queue_0": "a",
+                                                                              "zombie_types": '["t"]'}),
+        ("start", _start_statement(groups, True), {**fence, "zombie_types": '["t"]'}),
+        ("heartbeat", _heartbeat_statement(groups), fence),
+        ("complete", _complete_statements(groups).batch, {**fence, "durations": '{"01A": 5}'}),
+        ("fail", _fail_statements(groups, True).batch, {**fence, "failure_reason": 2, "error_details": "x"}),
+    ]  # fmt: skip
+
+
+def only_statement(recorder: Recorder) -> Call:
+    (call,) = recorder.statements
+    recorder.clear()
+    return call
+
+
+def test_the_executor_hands_pyodbc_what_sqlalchemy_hands_it(mssql: Storage, recorder: Recorder) -> None:
+    assert mssql._autocommit is not None
+    mssql.heartbeat("w", LEASES)  # the executor's connection for this thread (detached from the pool)
+    with mssql._autocommit.connect():
+        pass  # and a pooled one again, its SET LOCK_TIMEOUT sent
+    recorder.clear()
+    for name, stmt, params in hot_statements():
+        with mssql._autocommit.connect() as conn:
+            conn.execute(stmt, params)
+        expected = only_statement(recorder)
+        mssql._executor.run(stmt, params, sending=lambda: None)
+        got = only_statement(recorder)
+        assert got.sql == expected.sql, name
+        assert got.params == expected.params, name
+        assert got.inputsizes == expected.inputsizes, name
+        assert got.inputsizes is not None and got.describes == 0, name
+
+
+def test_each_hot_operation_is_one_statement_on_an_autocommit_connection(mssql: Storage, recorder: Recorder) -> None:
+    pin_limited_queues(mssql)
+    mssql.heartbeat("w", LEASES)
+    # The executor took the twin pool's connection, already in autocommit since it was made (see
+    # the fixture): no new connection, no switch, one statement.
+    assert not [c for c in recorder.calls if c.kind == "connect"]
+    assert_one_statement(recorder, "heartbeat")
+    recorder.answer(r"^WITH c AS", [row(HOT, "01A", AttemptCount=1, Status=2)], columns(HOT))
+    (job,) = mssql.fetch("w", 1, start=True)
+    assert job.id == "01A" and job.attempt_count == 1
+    assert_one_statement(recorder, "claim")
+    recorder.answer(r"^WITH c AS", [row(HOT, "01B")], columns(HOT))
+    (buffered,) = mssql.fetch("w", 1)
+    assert_one_statement(recorder, "claim")
+    recorder.answer(r"^UPDATE chokaq\.\[JobsHot\] SET \[Status\]=2", [("01B", 1, None, None, None, False)], STARTED)
+    assert [j.id for j in mssql.start("w", [buffered]).started] == ["01B"]
+    assert_one_statement(recorder, "start")
+    recorder.answer(r"SET \[HeartbeatUtc\]", [("01A",)], ["Id"])
+    assert mssql.heartbeat("w", [job.lease]) == {"01A"}
+    assert_one_statement(recorder, "heartbeat")
+    recorder.answer(r"^SET NOCOUNT ON", [("01A", "default")], ["Id", "Queue"])
+    assert mssql.complete("w", [Completion(job.lease, 3)]) == {"01A"}
+    assert_one_statement(recorder, "complete")
+    recorder.answer(r"^SET NOCOUNT ON", [("01B", "default")], ["Id", "Queue"])
+    assert mssql.fail(Lease("01B", "w", 1), FailureReason.FATAL_ERROR, "boom")
+    assert_one_statement(recorder, "fail")
+    assert not [c for c in recorder.calls if c.kind == "connect"]  # no new connection per operation
