@@ -32,12 +32,7 @@ def start_statement(groups: int, zombie_retry: bool) -> ReturningUpdate[Any]:
 @functools.lru_cache(maxsize=32)
 def heartbeat_statement(groups: int) -> ReturningUpdate[Any]:
     hot = jobs_hot.c
-    return (
-        update(jobs_hot)
-        .where(fence(groups, PROCESSING))
-        .values(HeartbeatUtc=utcnow())
-        .returning(hot.Id)
-    )
+    return update(jobs_hot).where(fence(groups, PROCESSING)).values(HeartbeatUtc=utcnow()).returning(hot.Id)
 
 
 @functools.lru_cache(maxsize=32)
