@@ -9,15 +9,15 @@ from typing import Any
 from chokaq.domain.models import Lease
 from chokaq.domain.states import FailureReason
 from chokaq.storage import Storage
-from chokaq.storage.store import (
-    Completion,
-    _complete_statements,
-    _fail_statements,
-    _heartbeat_statement,
-    _mssql_claim_statement,
-    _start_statement,
+from chokaq.storage.statements import (
+    complete_statements,
+    fail_statements,
     fence_params,
+    heartbeat_statement,
+    mssql_claim_statement,
+    start_statement,
 )
+from chokaq.storage.store import Completion
 from tests.driver.recording import Call, Recorder
 from tests.driver.rows import HOT, columns, row
 from tests.driver.test_statements import STARTED, assert_one_statement, pin_limited_queues
@@ -29,14 +29,14 @@ def hot_statements() -> list[tuple[str, Any, dict[str, Any]]]:
     groups, fence = fence_params("w", LEASES, "mssql")
     claim = {"claim_worker": "w", "claim_skip": '["01X"]'}
     return [
-        ("claim", _mssql_claim_statement(0, False, 10), claim),
-        ("claim by queues", _mssql_claim_statement(2, False, 4), {**claim, "claim_queue_0": "a", "claim_queue_1": "b"}),
-        ("claim and start", _mssql_claim_statement(1, False, 3, True, True), {**claim, "claim_queue_0": "a",
+        ("claim", mssql_claim_statement(0, False, 10), claim),
+        ("claim by queues", mssql_claim_statement(2, False, 4), {**claim, "claim_queue_0": "a", "claim_queue_1": "b"}),
+        ("claim and start", mssql_claim_statement(1, False, 3, True, True), {**claim, "claim_queue_0": "a",
                                                                               "zombie_types": '["t"]'}),
-        ("start", _start_statement(groups, True), {**fence, "zombie_types": '["t"]'}),
-        ("heartbeat", _heartbeat_statement(groups), fence),
-        ("complete", _complete_statements(groups).batch, {**fence, "durations": '{"01A": 5}'}),
-        ("fail", _fail_statements(groups, True).batch, {**fence, "failure_reason": 2, "error_details": "x"}),
+        ("start", start_statement(groups, True), {**fence, "zombie_types": '["t"]'}),
+        ("heartbeat", heartbeat_statement(groups), fence),
+        ("complete", complete_statements(groups).batch, {**fence, "durations": '{"01A": 5}'}),
+        ("fail", fail_statements(groups, True).batch, {**fence, "failure_reason": 2, "error_details": "x"}),
     ]  # fmt: skip
 
 
@@ -47,16 +47,16 @@ def only_statement(recorder: Recorder) -> Call:
 
 
 def test_the_executor_hands_pyodbc_what_sqlalchemy_hands_it(mssql: Storage, recorder: Recorder) -> None:
-    assert mssql._autocommit is not None
+    assert mssql.tx.autocommit is not None
     mssql.heartbeat("w", LEASES)  # the executor's connection for this thread (detached from the pool)
-    with mssql._autocommit.connect():
+    with mssql.tx.autocommit.connect():
         pass  # and a pooled one again, its SET LOCK_TIMEOUT sent
     recorder.clear()
     for name, stmt, params in hot_statements():
-        with mssql._autocommit.connect() as conn:
+        with mssql.tx.autocommit.connect() as conn:
             conn.execute(stmt, params)
         expected = only_statement(recorder)
-        mssql._executor.run(stmt, params, sending=lambda: None)
+        mssql.tx.executor.run(stmt, params, sending=lambda: None)
         got = only_statement(recorder)
         assert got.sql == expected.sql, name
         assert got.params == expected.params, name

@@ -21,15 +21,15 @@ from chokaq.storage.executor_sql import array_literal
 from chokaq.storage.records import HOT_ROW
 from chokaq.storage.schema import jobs_hot, queues
 from chokaq.storage.sqlfuncs import ListParam, utcnow
-from chokaq.storage.store import (
-    Completion,
-    _claim_statement,
-    _complete_statements,
-    _fail_statements,
-    _heartbeat_statement,
-    _start_statement,
+from chokaq.storage.statements import (
+    claim_statement,
+    complete_statements,
+    fail_statements,
     fence_params,
+    heartbeat_statement,
+    start_statement,
 )
+from chokaq.storage.store import Completion
 
 LEASES = [Lease("01A", "w", 1), Lease("01B", "w", 1), Lease("01C", "w", 2)]
 
@@ -39,21 +39,21 @@ def hot_statements(dialect: str) -> list[tuple[str, Any, dict[str, Any]]]:
     groups, fence = fence_params("w", LEASES, dialect)
     claim = {"claim_worker": "w", "claim_skip": ["01X", "01Y"]}
     out: list[tuple[str, Any, dict[str, Any]]] = [
-        ("claim", _claim_statement(False, False, 10), claim),
-        ("claim by queue", _claim_statement(True, False, 7), {**claim, "claim_queues": ["a", "b"]}),
-        ("claim and start", _claim_statement(False, False, 5, True, True), {**claim, "zombie_types": ["t"]}),
-        ("start", _start_statement(groups, True), {**fence, "zombie_types": ["t", "u"]}),
-        ("heartbeat", _heartbeat_statement(groups), fence),
+        ("claim", claim_statement(False, False, 10), claim),
+        ("claim by queue", claim_statement(True, False, 7), {**claim, "claim_queues": ["a", "b"]}),
+        ("claim and start", claim_statement(False, False, 5, True, True), {**claim, "zombie_types": ["t"]}),
+        ("start", start_statement(groups, True), {**fence, "zombie_types": ["t", "u"]}),
+        ("heartbeat", heartbeat_statement(groups), fence),
     ]
-    complete = _complete_statements(groups)
+    complete = complete_statements(groups)
     failed = {**fence, "failure_reason": 2, "error_details": "boom"}
     if dialect == "postgresql":
         out.append(("complete", complete.single, {**fence, "durations": '{"01A": 5}'}))
-        out.append(("fail", _fail_statements(groups, True).single, failed))
+        out.append(("fail", fail_statements(groups, True).single, failed))
     else:
         out.append(("complete copy", complete.copy, {**fence, "durations": '{"01A": 5}'}))
         out.append(("complete remove", complete.remove, fence))
-        out.append(("fail copy", _fail_statements(groups, True).copy, failed))
+        out.append(("fail copy", fail_statements(groups, True).copy, failed))
     return out
 
 
@@ -79,7 +79,7 @@ def test_the_executor_sends_the_text_and_parameters_sqlalchemy_sends(storage: St
     storage.ping()  # the dialect is initialised (SQLite's default schema name) before rendering
     for name, stmt, params in hot_statements(storage.dialect):
         sql, parameters = sent_by_sqlalchemy(storage, stmt, params)
-        rendered = storage._executor.rendered(stmt, params)
+        rendered = storage.tx.executor.rendered(stmt, params)
         assert rendered.sql == sql, name
         bound = rendered.bind(params)
         if storage.dialect == "postgresql":
@@ -142,7 +142,7 @@ def test_an_id_list_bound_as_an_array_literal_is_the_same_array_on_the_server(pg
     try:
         stmt = select(bindparam("ids", type_=ListParam(String(50))))
         for ids in [[], ["01A"], HOSTILE_IDS, [i for i in HOSTILE_IDS if '"' not in i and "\\" not in i]]:
-            ((back,),) = s._driver(stmt, {"ids": ids}, op="test")
+            ((back,),) = s.tx.driver(stmt, {"ids": ids}, op="test")
             assert back == ids
         assert array_literal(["a", 'b"']) == ["a", 'b"']  # the driver's dumper takes these
         assert array_literal(["a\\"]) == ["a\\"]
@@ -156,13 +156,13 @@ def test_driver_errors_are_raised_and_classified_as_sqlalchemy_raises_them(pg_ur
     s.upgrade()
     try:
         new_queue = insert(queues).values(Name=bindparam("n"), LastUpdatedUtc=utcnow())
-        s._driver(new_queue, {"n": "q"}, op="test")
+        s.tx.driver(new_queue, {"n": "q"}, op="test")
         with pytest.raises(IntegrityError) as dup:
-            s._driver(new_queue, {"n": "q"}, op="test")
+            s.tx.driver(new_queue, {"n": "q"}, op="test")
         assert not is_transient(dup.value) and not dup.value.connection_invalidated
         # The executor's connection has the pool's start-up options: the statement timeout ends this.
         with pytest.raises(DBAPIError) as slow:
-            s._driver(select(func.pg_sleep(2)), {}, op="test")
+            s.tx.driver(select(func.pg_sleep(2)), {}, op="test")
         assert is_transient(slow.value)
         assert s.heartbeat("w", [Lease("01A", "w", 1)]) == set()  # the connection is still usable
     finally:
@@ -170,7 +170,7 @@ def test_driver_errors_are_raised_and_classified_as_sqlalchemy_raises_them(pg_ur
 
 
 def backend_pid(s: Storage) -> int:
-    ((pid,),) = s._driver(select(func.pg_backend_pid()), {}, op="test")
+    ((pid,),) = s.tx.driver(select(func.pg_backend_pid()), {}, op="test")
     return int(pid)
 
 
@@ -213,6 +213,6 @@ def test_each_thread_keeps_one_connection_of_its_own_outside_the_pool(pg_storage
     assert len(pids) == 6 and len(set(pids)) == 3
     assert all(pids[i] == pids[i + 1] for i in range(0, 6, 2))
     assert pg_storage.engine.pool.checkedout() == 0  # detached: the pool's connections are all free
-    links = list(pg_storage._executor._links)
-    pg_storage._executor.close()
+    links = list(pg_storage.tx.executor._links)
+    pg_storage.tx.executor.close()
     assert all(link.raw.closed for link in links)
