@@ -10,8 +10,8 @@ facade everything outside storage/ holds (:class:`Storage`), over :mod:`.transac
 transaction-and-replay runner, with :mod:`.executor` and :mod:`.executor_sql`: the hot path's
 statements rendered once and run straight on per-thread driver connections), :mod:`.enqueue`,
 :mod:`.claims`, :mod:`.moving` (moves and counters), :mod:`.lost_replies`, :mod:`.queues`,
-:mod:`.wakeups`, :mod:`.statistics` and :mod:`.queue_stats`; :mod:`.admin` holds operator actions, :mod:`.history` the Deck's charts,
-:mod:`.migrations` and :mod:`.schema` the tables.
+:mod:`.wakeups`, :mod:`.statistics` and :mod:`.queue_stats`; :mod:`.admin` holds operator actions,
+:mod:`.history` the Deck's charts, :mod:`.migrations` and :mod:`.schema` the tables.
 """
 
 from chokaq.storage.store import Storage
