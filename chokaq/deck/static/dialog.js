@@ -1,6 +1,8 @@
+// The confirmation dialog: one modal <dialog> built on demand (viewers never get one), with the
+// count typed back when the action asks for it. Resolves true when confirmed.
+
 import { h } from "./dom.js";
 
-// One <dialog> built on demand (viewers never get one). Resolves true when confirmed.
 export function confirmDialog({ title, body, count, verb, danger, requireTyping, confirmLabel, samples }) {
   return new Promise((resolve) => {
     const phrase = `${verb} ${count}`;

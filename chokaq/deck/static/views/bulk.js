@@ -10,7 +10,7 @@ import { limits, state } from "../state.js";
 // The Deck's own caution (no API rule): acting on this many jobs or more needs the count typed.
 const CONFIRM_AT = 25;
 
-export function describeFilter(f) {
+function describeFilter(f) {
   const parts = Object.entries(f).filter(([, v]) => v).map(([k, v]) => `${k.replace("_", " ")} = ${v}`);
   return parts.length ? parts.join(", ") : "no filter (the whole DLQ)";
 }
