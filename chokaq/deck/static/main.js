@@ -16,8 +16,10 @@ import { loadAudit } from "./views/audit.js";
 import { LISTS } from "./views/lists.js";
 
 // What a refresh reloads: the view on screen, the header counters (the Overview and Queues views
-// load the stats themselves) and the open inspector.
+// load the stats themselves) and the open inspector. Nothing while signed out: a refresh asked for
+// just before sign-out must not render views without /api/meta's vocabulary.
 async function refreshAll() {
+  if (!state.meta) return;
   const jobs = [refreshView()];
   if (state.view !== "overview" && state.view !== "queues") jobs.push(loadStats().catch(() => null));
   if (state.insp && !state.insp.gone) jobs.push(reloadInspector());
