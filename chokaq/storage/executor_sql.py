@@ -103,7 +103,10 @@ def render(
         if compiled.bind_names[bind] in sample:
             # Rendered into the text (SQL Server's TOP n): a value per call would need a text per call.
             raise NotImplementedError(f"parameter {compiled.bind_names[bind]!r} is rendered into the statement")
-    defaults = compiled.construct_params(dict(sample), escape_names=False)
+    # Only what the statement itself carries: a parameter the caller passed once must be passed
+    # every time (a KeyError, never the first call's value).
+    carried = compiled.construct_params(dict(sample), escape_names=False)
+    defaults = {k: v for k, v in carried.items() if k not in sample}
     expanded = compiled.construct_expanded_state(dict(sample), escape_names=False)
     names = list(expanded.positiontup or ()) if compiled.positional else list(expanded.parameters)
     # SQLAlchemy's own bind processors, keyed by the names it sends (expanded items included).

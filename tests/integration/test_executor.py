@@ -216,3 +216,12 @@ def test_each_thread_keeps_one_connection_of_its_own_outside_the_pool(pg_storage
     links = list(pg_storage.tx.executor._links)
     pg_storage.tx.executor.close()
     assert all(link.raw.closed for link in links)
+
+
+def test_a_parameter_passed_once_must_be_passed_every_time(storage: Storage) -> None:
+    storage.ping()
+    groups, fence = fence_params("w", [Lease("01A", "w", 1)], storage.dialect)
+    rendered = storage.tx.executor.rendered(heartbeat_statement(groups), fence)
+    # The statement's own values (none here) are the only defaults: never the first call's worker.
+    with pytest.raises(KeyError):
+        rendered.bind({k: v for k, v in fence.items() if k != "fence_worker"})
