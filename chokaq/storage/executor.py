@@ -164,7 +164,9 @@ class Executor:
             owner.detach()
             link = _Link(owner)
             if not self._sqlite and not link.raw.autocommit:
-                link.raw.autocommit = True
+                # A pooled connection may have broken while it sat in the pool: raised as the
+                # engine raises a dropped connection (invalidated, so the call is replayed).
+                self._call(link, lambda: setattr(link.raw, "autocommit", True))
         except BaseException:
             owner.close()
             raise

@@ -225,3 +225,21 @@ def test_a_parameter_passed_once_must_be_passed_every_time(storage: Storage) -> 
     # The statement's own values (none here) are the only defaults: never the first call's worker.
     with pytest.raises(KeyError):
         rendered.bind({k: v for k, v in fence.items() if k != "fence_worker"})
+
+
+def test_a_pooled_connection_that_died_in_the_pool_is_replaced_on_first_use(
+    pg_storage: Storage, caplog: pytest.LogCaptureFixture
+) -> None:
+    first, other = pg_storage.engine.connect(), pg_storage.engine.connect()
+    pid = first.execute(select(func.pg_backend_pid())).scalar_one()
+    first.close()  # back in the pool (first in line: the pool hands out in order)
+    other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    other.commit()
+    other.close()
+    found: list[set[str]] = []
+    # A new thread's first link comes from the pool: possibly the dead connection.
+    thread = threading.Thread(target=lambda: found.append(pg_storage.heartbeat("w", [Lease("01A", "w", 1)])))
+    thread.start()
+    thread.join()
+    assert found == [set()]
+    assert "transient database error in heartbeat" in caplog.text  # it was the dead one, replayed
