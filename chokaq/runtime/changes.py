@@ -23,6 +23,11 @@ class Changes:
     def __init__(self) -> None:
         self._waiters: list[asyncio.Future[None]] = []
 
+    @property
+    def waiting(self) -> int:
+        """How many waits are pending."""
+        return len(self._waiters)
+
     def notify(self) -> None:
         """Something a waiter may be waiting for has changed: every waiter re-checks."""
         if not self._waiters:
@@ -36,14 +41,15 @@ class Changes:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         self._waiters.append(waiter)
-        if timeout is None:
-            await waiter
-            return
-        timer = loop.call_later(timeout, _resolve, waiter)
+        timer = None if timeout is None else loop.call_later(timeout, _resolve, waiter)
         try:
             await waiter
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
+            # Timed out or cancelled: not left behind for a notify that may be long in coming.
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
 
     async def until(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
         """Wait until ``predicate()`` holds; False if ``timeout`` seconds passed first."""
