@@ -13,26 +13,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable
 
+from chokaq.runtime.dbcall import DbCall
 from chokaq.runtime.events import bus
 from chokaq.runtime.outage import Outage, backoff
 from chokaq.runtime.outcomes import Outcome
-from chokaq.runtime.stats import WorkerStats
+from chokaq.runtime.stats import Transition, WorkerStats
 from chokaq.storage.engine import is_transient
 from chokaq.storage.store import Completion, Storage
 from chokaq.telemetry import instruments
 
 # The worker's logger: these lines were the worker's before the completer had a module of its own.
 log = logging.getLogger("chokaq.worker")
-T = TypeVar("T")
-
-
-class DbCall(Protocol):
-    """Runs a blocking storage call off the event loop (the worker's database threads)."""
-
-    def __call__(self, fn: Callable[..., T], /, *args: Any) -> Awaitable[T]: ...
 
 
 class Completer:
@@ -46,7 +39,7 @@ class Completer:
         db: DbCall,
         recorded: Callable[[list[Outcome]], None],
         abandoned: Callable[[list[Outcome]], None],
-        conflict: Callable[[str, int], None],
+        conflict: Callable[[Transition, int], None],
         retry_delay: Callable[[int], float] = backoff,
         retryable: Callable[[BaseException], bool] = is_transient,
     ) -> None:
