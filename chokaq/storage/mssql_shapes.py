@@ -32,7 +32,7 @@ from chokaq.storage.sqlfuncs import mssql_type_and_collation
 _DIALECT = mssql.dialect()  # type: ignore[no-untyped-call]
 
 
-def mssql_type(col: Any, *, collation: bool = True) -> str:
+def mssql_type(col: ColumnElement[Any], *, collation: bool = True) -> str:
     """The column's SQL Server type as DDL renders it. ``collation=False`` drops a COLLATE clause,
     for CAST and OPENJSON's WITH, which take none (the column's own collation then wins the
     comparison). A table variable keeps it: two different column collations cannot be compared."""
@@ -41,7 +41,7 @@ def mssql_type(col: Any, *, collation: bool = True) -> str:
     return sqltype if collation else re.sub(r"\s+COLLATE\s+\S+", "", sqltype)
 
 
-def lease_rowset(id_col: Any, name: str = "lease") -> Subquery:
+def lease_rowset(id_col: ColumnElement[Any], name: str = "lease") -> Subquery:
     """``(SELECT Id, Attempt FROM OPENJSON(?) WITH (...)) AS lease``: a worker's leases as one
     typed rowset, bound as a JSON array of ``[id, attempt]`` pairs (see :func:`lease_json`)."""
     sqltype, collate = mssql_type_and_collation(_DIALECT, id_col.type)

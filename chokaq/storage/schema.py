@@ -36,6 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mssql
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.types import TypeEngine
 
 from chokaq.domain import limits
 
@@ -80,12 +81,12 @@ def _compile_ascii_key(type_: MssqlAsciiKey, compiler: Any, **kw: Any) -> str:
     return _with_collation(compiler.visit_VARCHAR(type_, **kw), kw)
 
 
-def Key(length: int) -> Any:
+def Key(length: int) -> TypeEngine[str]:
     """A key users supply (queue, type, idempotency key, worker id)."""
     return String(length).with_variant(MssqlKey(length), "mssql")
 
 
-def IdKey(length: int) -> Any:
+def IdKey(length: int) -> TypeEngine[str]:
     return String(length).with_variant(MssqlAsciiKey(length), "mssql")
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Table, select
+from sqlalchemy import Connection, Engine, Row, Table, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain.keys import check_key
@@ -50,6 +50,10 @@ __all__ = ["Completion", "StartResult", "Storage", "new_job_id"]
 class Completion:
     lease: Lease
     duration_ms: int
+
+
+# What a start stamps on a job: (attempt, started at, heartbeat, last updated, ZombieRetry).
+_Started = tuple[int, datetime | None, datetime | None, datetime | None, bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +238,7 @@ class Storage:
             params["zombie_types"] = list(zombie_retry_types)
         stmt = st.start_statement(groups, bool(zombie_retry_types))
 
-        def work(c: Connection) -> list[Any]:
+        def work(c: Connection) -> list[Row[Any]]:
             return list(c.execute(stmt, params))
 
         by_id = {j.id: j for j in jobs}
@@ -242,7 +246,7 @@ class Storage:
         # call has succeeded: a follow-up read or release that fails sends the batch back to the
         # worker's buffer, and records already saying Processing at the next attempt would then
         # fence the retried start out (the job stranded Processing, never run).
-        fresh: dict[str, tuple[int, Any, Any, Any, bool]] = {}
+        fresh: dict[str, _Started] = {}
         for job_id, attempt, started_at, heartbeat, updated, zombie_retry in self.write_one(work, op="start"):
             fresh[job_id] = (attempt, started_at, heartbeat, updated, bool(zombie_retry))
         rest = [lease for lease in leases if lease.job_id not in fresh]
