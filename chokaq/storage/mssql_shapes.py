@@ -22,6 +22,7 @@ from sqlalchemy import Integer, Select, Table, UnicodeText, bindparam, column, t
 from sqlalchemy.dialects import mssql
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.base import Executable
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement, ColumnElement
 from sqlalchemy.sql.selectable import Subquery
 from sqlalchemy.sql.visitors import InternalTraversal
@@ -89,7 +90,7 @@ class CteUpdate(Executable, ClauseElement):
 
 
 @compiles(CteUpdate, "mssql")
-def _cte_update(element: CteUpdate, compiler: Any, **kw: Any) -> str:
+def _cte_update(element: CteUpdate, compiler: SQLCompiler, **kw: Any) -> str:
     q = compiler.preparer.quote
     ctes = []
     if element.pick is not None:
@@ -102,7 +103,7 @@ def _cte_update(element: CteUpdate, compiler: Any, **kw: Any) -> str:
 
 
 @compiles(CteUpdate)
-def _cte_update_other(element: CteUpdate, compiler: Any, **kw: Any) -> str:
+def _cte_update_other(element: CteUpdate, compiler: SQLCompiler, **kw: Any) -> str:
     raise NotImplementedError("CteUpdate is SQL Server's claim shape")
 
 
@@ -131,7 +132,7 @@ class MoveBatch(Executable, ClauseElement):
 
 
 @compiles(MoveBatch, "mssql")
-def _move_batch(element: MoveBatch, compiler: Any, **kw: Any) -> str:
+def _move_batch(element: MoveBatch, compiler: SQLCompiler, **kw: Any) -> str:
     prep = compiler.preparer
     source = prep.format_table(element.source)
     target = prep.format_table(element.target)
@@ -164,5 +165,5 @@ def _move_batch(element: MoveBatch, compiler: Any, **kw: Any) -> str:
 
 
 @compiles(MoveBatch)
-def _move_batch_other(element: MoveBatch, compiler: Any, **kw: Any) -> str:
+def _move_batch_other(element: MoveBatch, compiler: SQLCompiler, **kw: Any) -> str:
     raise NotImplementedError("MoveBatch is SQL Server's move shape")
