@@ -16,7 +16,7 @@ and its ODBC driver reward different shapes:
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import Integer, Select, Table, UnicodeText, bindparam, column, text
 from sqlalchemy.dialects import mssql
@@ -103,7 +103,7 @@ def _cte_update(element: CteUpdate, compiler: SQLCompiler, **kw: Any) -> str:
 
 
 @compiles(CteUpdate)
-def _cte_update_other(element: CteUpdate, compiler: SQLCompiler, **kw: Any) -> str:
+def _cte_update_other(element: CteUpdate, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError("CteUpdate is SQL Server's claim shape")
 
 
@@ -165,5 +165,5 @@ def _move_batch(element: MoveBatch, compiler: SQLCompiler, **kw: Any) -> str:
 
 
 @compiles(MoveBatch)
-def _move_batch_other(element: MoveBatch, compiler: SQLCompiler, **kw: Any) -> str:
+def _move_batch_other(element: MoveBatch, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError("MoveBatch is SQL Server's move shape")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import BigInteger, Boolean, DateTime, Float, Integer, Select, UnicodeText, bindparam, cast
 from sqlalchemy.dialects import postgresql
@@ -107,7 +107,7 @@ def _offset_sqlite(element: utc_offset, compiler: SQLCompiler, **kw: Any) -> str
 
 
 @compiles(utc_offset)
-def _offset_default(element: utc_offset, compiler: SQLCompiler, **kw: Any) -> str:
+def _offset_default(element: utc_offset, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError(f"utc_offset is not implemented for {compiler.dialect.name}")
 
 
@@ -208,7 +208,7 @@ def _in_list_sqlite(element: in_list, compiler: SQLCompiler, **kw: Any) -> str:
 
 
 @compiles(in_list)
-def _in_list_default(element: in_list, compiler: SQLCompiler, **kw: Any) -> str:
+def _in_list_default(element: in_list, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError(f"in_list is not implemented for {compiler.dialect.name}")
 
 
@@ -245,7 +245,7 @@ def _lookup_sqlite(element: lookup_int, compiler: SQLCompiler, **kw: Any) -> str
 
 
 @compiles(lookup_int)
-def _lookup_default(element: lookup_int, compiler: SQLCompiler, **kw: Any) -> str:
+def _lookup_default(element: lookup_int, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError(f"lookup_int is not implemented for {compiler.dialect.name}")
 
 
@@ -289,7 +289,7 @@ def _since_sqlite(element: whole_seconds_since, compiler: SQLCompiler, **kw: Any
 
 
 @compiles(whole_seconds_since)
-def _since_default(element: whole_seconds_since, compiler: SQLCompiler, **kw: Any) -> str:
+def _since_default(element: whole_seconds_since, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError(f"whole_seconds_since is not implemented for {compiler.dialect.name}")
 
 
@@ -322,7 +322,7 @@ def _millis_sqlite(element: millis_between, compiler: SQLCompiler, **kw: Any) ->
 
 
 @compiles(millis_between)
-def _millis_default(element: millis_between, compiler: SQLCompiler, **kw: Any) -> str:
+def _millis_default(element: millis_between, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError(f"millis_between is not implemented for {compiler.dialect.name}")
 
 
@@ -377,5 +377,5 @@ def _wait_bin_sqlite(element: wait_bin, compiler: SQLCompiler, **kw: Any) -> str
 
 
 @compiles(wait_bin)
-def _wait_bin_default(element: wait_bin, compiler: SQLCompiler, **kw: Any) -> str:
+def _wait_bin_default(element: wait_bin, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError(f"wait_bin is not implemented for {compiler.dialect.name}")
