@@ -292,10 +292,8 @@ class CpuSampler:
         self.loadavg = os.getloadavg()[0]
 
     def note(self) -> str:
-        return (
-            f"cpu busy {self.machine_pct:.0f}% of {os.cpu_count()} cores (this process {self.self_pct:.0f}%, "
-            f"postgres {self.server.seconds:.2f}s CPU)"
-        )
+        server = f", postgres {self.server.seconds:.2f}s CPU" if self.dbname else ""
+        return f"cpu busy {self.machine_pct:.0f}% of {os.cpu_count()} cores (this process {self.self_pct:.0f}%{server})"
 
     def per_job(self, n: int) -> dict[str, float]:
         """Client and server CPU per job in microseconds, as the result dicts of every script carry them."""
