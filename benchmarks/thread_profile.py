@@ -93,7 +93,7 @@ class ThreadProfiles:
                 with profiles._lock:
                     profiles._done.append((thread.name, prof))
 
-        threading.Thread.run = run  # type: ignore[method-assign]
+        threading.Thread.run = run  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
