@@ -121,10 +121,10 @@ class PeerSystem:
     def key(self) -> str:
         return self.name
 
-    def _args(self, s: Settings, mode: str) -> list[str]:
+    def _args(self, s: Settings, mode: str, jobs: int) -> list[str]:
         return [
             "--jobs",
-            str(s.jobs),
+            str(jobs),
             "--batch-size",
             str(s.batch),
             "--concurrency",
@@ -134,9 +134,9 @@ class PeerSystem:
 
     def run_round(self, s: Settings, mode: str, rnd: int) -> dict[str, float]:
         keep = ["--keep-db"] if rnd == 1 else []
-        row = run_peer(self.python, self.script, [*self._args(s, mode), "--rounds", "1", "--latency-jobs", "0", *keep])[
-            0
-        ]
+        row = run_peer(
+            self.python, self.script, [*self._args(s, mode, s.jobs), "--rounds", "1", "--latency-jobs", "0", *keep]
+        )[0]
         self.label, self.backend_label = row["system"], row["backend"]
         if rnd == 1:
             time.sleep(0.5)  # the peer's backends flush their statistics as they exit
@@ -150,9 +150,7 @@ class PeerSystem:
 
     def latency(self, s: Settings) -> dict[str, Any]:
         extra = [
-            *self._args(s, "fresh"),
-            "--jobs",
-            "0",
+            *self._args(s, "fresh", 0),
             "--latency-jobs",
             str(s.latency_jobs),
             "--gap-ms",
