@@ -60,6 +60,16 @@ def drop_database(dbname: str) -> None:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
 
 
+def drop_unless_kept(dbname: str, keep: bool) -> None:
+    """End of a script: drop its database unless ``--keep-db``; best effort (the next run drops it anyway)."""
+    if keep:
+        return
+    try:
+        drop_database(dbname)
+    except Exception as exc:
+        log(f"could not drop {dbname}: {exc!r}")
+
+
 def server_settings() -> dict[str, str]:
     """A few server settings that decide commit cost; printed alongside results."""
     import psycopg

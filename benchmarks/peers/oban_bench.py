@@ -43,7 +43,7 @@ from benchmarks.peers.common import (
     analyze_table,
     base_parser,
     cancel_hard_timeout,
-    drop_database,
+    drop_unless_kept,
     dsn_url,
     emit,
     install_hard_timeout,
@@ -258,11 +258,7 @@ def main() -> int:
     try:
         results = uvloop.run(main_async(args))
     finally:
-        if not args.keep_db:
-            try:
-                drop_database(DB)
-            except Exception as exc:  # pragma: no cover - best effort
-                log(f"could not drop {DB}: {exc!r}")
+        drop_unless_kept(DB, args.keep_db)
     cancel_hard_timeout()
     emit(results, args.json)
     return 0
