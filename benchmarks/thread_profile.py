@@ -44,6 +44,12 @@ COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
             "run_in_executor",
             "wrap_future",
             "_chain_future",
+            # asyncio's side of a run_in_executor future: copying the result back onto the loop
+            "futures.py:_set_state",
+            "futures.py:_call_set_state",
+            "futures.py:_copy_future_state",
+            "futures.py:_set_concurrent_future_state",
+            "futures.py:_call_check_cancel",
             "_thread.",
             "_queue.",
         ),

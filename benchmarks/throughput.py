@@ -475,6 +475,10 @@ def profile_round(args: Any) -> list[str]:
     ]
     if left:
         head.append(f"(threads still running, not counted: {', '.join(left)})")
+    merged = tp.stats()
+    if args.profile_out and merged is not None:
+        merged.dump_stats(args.profile_out)  # for `python -m pstats FILE` or snakeviz
+        head.append(f"(merged profile of all threads written to {args.profile_out})")
     return head + report(tp, n, drain.cpu_seconds / n * 1e6, ref["cpu_us_per_job"])
 
 
@@ -686,6 +690,7 @@ def parse_args(argv: list[str] | None = None) -> Any:
         action="store_true",
         help="one round with every worker thread under cProfile: per-job CPU by component (see benchmarks/README.md)",
     )
+    p.add_argument("--profile-out", help="with --profile: also write the merged pstats file here")
     p.set_defaults(hard_timeout=600.0)
     return p.parse_args(argv)
 
