@@ -597,7 +597,8 @@ def run(args: Any, backend: str, concurrency: int) -> list[tuple[BenchResult, di
     """Throughput (median of rounds) and latency rows for one backend and concurrency."""
     name = f"chokaq {package_version('chokaq')}"
     label = backend_label(backend)
-    poll = "LISTEN/NOTIFY" if backend == "postgres" else "polling every Storage.PollingInterval (1 s)"
+    pg = backend == "postgres"
+    poll = "LISTEN/NOTIFY" if pg else "polling every Storage.PollingInterval (1 s)"
     settings_note = (
         f"concurrency={concurrency}, fetch_batch_size={args.batch_size}, prefetch=100 (default), "
         f"one worker in-process, {poll}"
@@ -626,8 +627,10 @@ def run(args: Any, backend: str, concurrency: int) -> list[tuple[BenchResult, di
         srv = f"{pj['server_tx_per_job']:.2f}" if pj["server_tx_per_job"] is not None else "n/a"
         notes = (
             f"worker start -> all {args.jobs} archived, median of {len(rounds)} rounds (per round jobs/s: "
-            f"{per_round}); worker process CPU median {median(r['cpu_us_per_job'] for r in rounds):.0f} us/job; "
-            f"{'queue table ANALYZEd after enqueue' if args.analyze else 'queue table never ANALYZEd'}; "
+            f"{per_round}); worker process CPU median {median(r['cpu_us_per_job'] for r in rounds):.0f} us/job"
+            + (f", postgres CPU median {median(r['server_cpu_us_per_job'] for r in rounds):.0f} us/job" if pg else "")
+            + "; "
+            + f"{'queue table ANALYZEd after enqueue' if args.analyze else 'queue table never ANALYZEd'}; "
             f"first job start -> all archived median "
             f"{median(r['steady_rate'] for r in rounds):,.0f} jobs/s; worker startup median "
             f"{median(r['startup_s'] for r in rounds) * 1000:.0f} ms; bulk enqueue median "
@@ -647,6 +650,8 @@ def run(args: Any, backend: str, concurrency: int) -> list[tuple[BenchResult, di
             "per_round_jobs_per_s": [args.jobs / r["seconds"] for r in rounds],
             "steady_jobs_per_s": median(r["steady_rate"] for r in rounds),
             "cpu_us_per_job": median(r["cpu_us_per_job"] for r in rounds),
+            "server_cpu_us_per_job": median(r["server_cpu_us_per_job"] for r in rounds),
+            "server_db_cpu_us_per_job": median(r["server_db_cpu_us_per_job"] for r in rounds),
             "analyze": args.analyze,
         }
         out.append((res, extra))
