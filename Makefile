@@ -95,7 +95,7 @@ $(OBAN_STAMP): benchmarks/requirements-bench-oban.txt
 bench-oban-venv: $(OBAN_STAMP)
 
 ## chokaq (PostgreSQL + SQLite) vs pgqueuer vs oban-py vs procrastinate + database baseline, fresh and
-## analysed tables, interleaved rounds (≈ 8 min with the defaults on a quiet 2-core machine; see benchmarks/README.md)
+## analysed tables, interleaved rounds (473 s with the defaults on the loaded 2-core machine; see benchmarks/README.md)
 bench: $(STAMP) $(BENCH_STAMP) $(OBAN_STAMP)
 	$(PY) benchmarks/compare.py --bench-python $(BENCH_VENV)/bin/python --oban-python $(OBAN_VENV)/bin/python $(BENCH_ARGS)
 
