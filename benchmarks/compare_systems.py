@@ -98,7 +98,11 @@ class ChokaqSystem:
 
     def count(self, s: Settings, mode: str) -> None:
         """Statement counts from one extra round: the counting hooks would slow the timed rounds."""
-        counted = throughput_round(self.backend, s.jobs, self.c, s.batch, 0, mode == "analyze", count=True)
+        try:
+            counted = throughput_round(self.backend, s.jobs, self.c, s.batch, 0, mode == "analyze", count=True)
+        except Exception as exc:  # the timed rounds are done: report them without the counts
+            log(f"counting round {mode}: {self.key} FAILED: {exc!r}")
+            return
         self.counts[mode] = per_job([counted], s.jobs)
 
 
