@@ -167,6 +167,8 @@ def paired_lines(systems: list[System], rounds: list[Round], modes: list[str]) -
     lines = ["Paired ratios, chokaq / peer in the same round index (per round ... | median of them):"]
     for mode in modes:
         for peer in (p for p in systems if isinstance(p, PeerSystem) and not p.skip):
+            if not paired(rounds, pair_key(peer), peer.key, mode, "jobs_per_s"):
+                continue  # its chokaq pair did not run (--concurrency) or every round failed
             cells = []
             for label, attr in METRICS:
                 ratios = paired(rounds, pair_key(peer), peer.key, mode, attr)
