@@ -294,10 +294,11 @@ class CpuSampler:
     def __exit__(self, *exc: object) -> None:
         b1, t1 = _proc_stat()
         wall = time.perf_counter() - self._w0
-        self.server = read_server_cpu(self.dbname) - self._server0
         ncpu = os.cpu_count() or 1
         self.machine_pct = 100.0 * (b1 - self._b0) / max(1, t1 - self._t0)  # of all cores
         self.self_seconds = sum(os.times()[:2]) - self._self0
+        # read after this process's own CPU, so the /proc scan is not charged to the system measured
+        self.server = read_server_cpu(self.dbname) - self._server0
         self.self_pct = 100.0 * self.self_seconds / max(1e-9, wall) / ncpu
         self.loadavg = os.getloadavg()[0]
 
