@@ -14,6 +14,7 @@ from chokaq.cli import admin_cmds, dev
 from chokaq.cli.common import Ctx, app_option, friendly_errors, one_line, pass_ctx
 from chokaq.domain.errors import ConfigurationError
 from chokaq.domain.payload import parse_payload_text
+from chokaq.operations.job_out import JobOut
 
 __all__ = ["Ctx", "app_option", "cli", "friendly_errors", "main", "pass_ctx"]
 
@@ -154,7 +155,7 @@ def enqueue(
         job_type, data, queue=queue, priority=priority, delay=delay, tags=tags,
         idempotency_key=idempotency_key, created_by=created_by,
     )
-    job_id, _ = app.submit(req)
+    job_id, _ = c.operations.enqueue(req)
     click.echo(job_id)
 
 
@@ -174,7 +175,7 @@ def job_show(c: Ctx, job_id: str) -> None:
     if record is None:
         click.echo(f"error: no job {job_id!r} in hot, archive or DLQ", err=True)
         sys.exit(1)
-    click.echo(json.dumps(record.to_public(), indent=2))
+    click.echo(json.dumps(JobOut.from_record(record).model_dump(), indent=2))
 
 
 @cli.command()

@@ -145,6 +145,7 @@ class Worker:
             recorded=self._done,
             abandoned=lambda finished: self._done(finished, left=True),
             conflict=self._conflict,
+            events=app.bus,
         )
         self.failure: str | None = None  # why a helper task's death stopped the worker
 
@@ -279,7 +280,7 @@ class Worker:
             from chokaq.runtime.sweeper import sweep_forever
 
             sweeper = threading.Thread(
-                target=sweep_forever, args=(self.storage, self.settings, sweeper_stop), daemon=True
+                target=sweep_forever, args=(self.storage, self.settings, sweeper_stop, self.app.bus), daemon=True
             )
             sweeper.start()
         log.info(
