@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Query, Request
 
@@ -42,6 +42,7 @@ from chokaq.domain import limits
 from chokaq.domain.models import JobRecord
 from chokaq.domain.states import FailureReason, Location
 from chokaq.operations.rules import parse_failure_reason
+from chokaq.operations.service import Selection
 from chokaq.runtime.app import ChokaQ
 from chokaq.storage.admin import BulkResult, JobEdit, JobFilter
 
@@ -83,12 +84,12 @@ def list_dlq(
                       page_size=p.page_size)
 
 
-def _selection(body: BulkIn) -> dict[str, Any]:
-    """A bulk request's target for AdminStore: ids, or a filter with its cap."""
+def _selection(body: BulkIn) -> Selection:
+    """A bulk request's target: ids, or a filter with its cap and its preview's bound."""
     if body.filter is not None:
-        return {"f": _filter(body.filter), "max_jobs": body.max_jobs, "dry_run": body.dry_run,
-                "expected_count": body.expected_count, "snapshot": body.snapshot}
-    return {"ids": body.ids, "dry_run": body.dry_run}
+        return Selection(f=_filter(body.filter), max_jobs=body.max_jobs, dry_run=body.dry_run,
+                         expected_count=body.expected_count, snapshot=body.snapshot)
+    return Selection(ids=body.ids, dry_run=body.dry_run)
 
 
 @router.post("/resurrect", response_model=BulkOut, responses={**ERRORS, **CONFLICT})
@@ -98,13 +99,13 @@ def resurrect_many(request: Request, body: BulkIn, who: Operator) -> BulkOut:
     A filter action needs its preview: ``dry_run: true`` returns ``matched`` and a ``snapshot``; the
     action sends them back as ``expected_count`` and ``snapshot``, touches only jobs inside the
     snapshot, and is refused (409) when more jobs match than were confirmed."""
-    return _bulk_out(operations(request).resurrect_many(actor(who), **_selection(body)))
+    return _bulk_out(operations(request).resurrect_many(actor(who), _selection(body)))
 
 
 @router.post("/purge", response_model=BulkOut, responses={**ERRORS, **CONFLICT})
 def purge(request: Request, body: BulkIn, who: Admin) -> BulkOut:
     """Delete dead jobs for good, by ids or by filter; a filter needs its preview (see resurrect)."""
-    return _bulk_out(operations(request).purge_dlq(actor(who), **_selection(body)))
+    return _bulk_out(operations(request).purge_dlq(actor(who), _selection(body)))
 
 
 @router.get("/{job_id}", response_model=DlqJobOut, responses={**ERRORS, **NOT_FOUND})

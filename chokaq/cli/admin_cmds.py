@@ -23,6 +23,7 @@ from chokaq.domain.errors import JobValidationError
 from chokaq.domain.states import Location
 from chokaq.operations.job_out import JobOut
 from chokaq.operations.rules import is_loopback, parse_failure_reason
+from chokaq.operations.service import Selection
 from chokaq.storage.admin import Actor, AdminStore, BulkResult, JobFilter
 
 
@@ -174,9 +175,9 @@ def _bulk_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def _run_bulk(c: Ctx, verb: str, action: Callable[..., BulkResult], ids: tuple[str, ...], filter_queue: str | None,
-              filter_reason: str | None, filter_type: str | None, search: str | None, max_jobs: int,
-              dry_run: bool, yes: bool, actor: str) -> None:
+def _run_bulk(c: Ctx, verb: str, action: Callable[[Actor, Selection], BulkResult], ids: tuple[str, ...],
+              filter_queue: str | None, filter_reason: str | None, filter_type: str | None, search: str | None,
+              max_jobs: int, dry_run: bool, yes: bool, actor: str) -> None:
     who = _actor(actor)
     has_filter = any((filter_queue, filter_reason, filter_type, search))
     if bool(ids) == has_filter:
@@ -189,12 +190,12 @@ def _run_bulk(c: Ctx, verb: str, action: Callable[..., BulkResult], ids: tuple[s
         chunks = [id_list[i: i + step] for i in range(0, len(id_list), step)]
         preview = BulkResult(0, 0, dry_run=True)
         for chunk in chunks:
-            r = action(who, ids=chunk, dry_run=True)
+            r = action(who, Selection(ids=chunk, dry_run=True))
             preview.matched += r.matched
             preview.sample_ids.extend(r.sample_ids[: 20 - len(preview.sample_ids)])
         planned = preview.matched
     else:
-        preview = action(who, f=f, max_jobs=min(max_jobs, step), dry_run=True)
+        preview = action(who, Selection(f=f, max_jobs=min(max_jobs, step), dry_run=True))
         planned = min(preview.matched, max_jobs)
     if dry_run:
         click.echo(json.dumps({"matched": preview.matched, "would_affect": planned,
@@ -210,15 +211,15 @@ def _run_bulk(c: Ctx, verb: str, action: Callable[..., BulkResult], ids: tuple[s
     with click.progressbar(length=planned, label=verb.capitalize(), file=sys.stderr) as bar:
         if f is None:
             for chunk in chunks:
-                r = action(who, ids=chunk)
+                r = action(who, Selection(ids=chunk))
                 affected += r.affected
                 skipped.extend(r.skipped_ids)
                 bar.update(len(chunk))
         else:
             while affected < planned:
                 # Bound to the preview: only jobs it counted, refused (409) if more match now.
-                r = action(who, f=f, max_jobs=min(step, planned - affected),
-                           expected_count=preview.matched - affected, snapshot=preview.snapshot)
+                r = action(who, Selection(f=f, max_jobs=min(step, planned - affected),
+                                          expected_count=preview.matched - affected, snapshot=preview.snapshot))
                 if r.affected == 0:
                     break
                 affected += r.affected

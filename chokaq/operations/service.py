@@ -13,6 +13,7 @@ Deck through the database, on the Deck's next ``stats.updated`` tick or reload.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict
 
@@ -33,6 +34,20 @@ class QueueChanges(TypedDict, total=False):
     paused: bool
     zombie_timeout_seconds: int | None
     max_workers: int | None
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The dead jobs a bulk action touches: ``ids``, or a filter ``f`` with its cap. A filter action
+    is bound to its preview (``dry_run=True``): it sends the preview's ``matched`` count back as
+    ``expected_count`` and its ``snapshot`` (see ``AdminStore.resurrect_many``)."""
+
+    ids: Sequence[str] | None = None
+    f: JobFilter | None = None
+    max_jobs: int = limits.DEFAULT_BULK_MAX_JOBS
+    dry_run: bool = False
+    expected_count: int | None = None
+    snapshot: str | None = None
 
 
 class Operations:
@@ -97,41 +112,24 @@ class Operations:
         self._publish("job.resurrected", actor.name, id=job_id, queue=out.queue, ids=[job_id], count=1)
         return out
 
-    def resurrect_many(
-        self,
-        actor: Actor,
-        *,
-        ids: Sequence[str] | None = None,
-        f: JobFilter | None = None,
-        max_jobs: int = limits.DEFAULT_BULK_MAX_JOBS,
-        dry_run: bool = False,
-        expected_count: int | None = None,
-        snapshot: str | None = None,
-    ) -> BulkResult:
-        """By ids, or by a filter bound to its preview (see ``AdminStore.resurrect_many``)."""
-        res = self.store.resurrect_many(actor, ids=ids, f=f, max_jobs=max_jobs, dry_run=dry_run,
-                                        expected_count=expected_count, snapshot=snapshot)
+    def resurrect_many(self, actor: Actor, selection: Selection) -> BulkResult:
+        """Dead jobs back to Pending, by ids or by a filter bound to its preview."""
+        res = self._bulk(self.store.resurrect_many, actor, selection)
         if res.affected:
             self._publish("job.resurrected", actor.name, ids=res.sample_ids, count=res.affected)
         return res
 
-    def purge_dlq(
-        self,
-        actor: Actor,
-        *,
-        ids: Sequence[str] | None = None,
-        f: JobFilter | None = None,
-        max_jobs: int = limits.DEFAULT_BULK_MAX_JOBS,
-        dry_run: bool = False,
-        expected_count: int | None = None,
-        snapshot: str | None = None,
-    ) -> BulkResult:
+    def purge_dlq(self, actor: Actor, selection: Selection) -> BulkResult:
         """Delete dead jobs for good, selected as for :meth:`resurrect_many`."""
-        res = self.store.purge_dlq(actor, ids=ids, f=f, max_jobs=max_jobs, dry_run=dry_run,
-                                   expected_count=expected_count, snapshot=snapshot)
+        res = self._bulk(self.store.purge_dlq, actor, selection)
         if res.affected:
             self._publish("job.purged", actor.name, location="dlq", ids=res.sample_ids, count=res.affected)
         return res
+
+    @staticmethod
+    def _bulk(action: Callable[..., BulkResult], actor: Actor, sel: Selection) -> BulkResult:
+        return action(actor, ids=sel.ids, f=sel.f, max_jobs=sel.max_jobs, dry_run=sel.dry_run,
+                      expected_count=sel.expected_count, snapshot=sel.snapshot)
 
     # ------------------------------------------------------------------ the archive
     def purge_archive(self, actor: Actor, older_than: datetime,

@@ -21,7 +21,7 @@ from chokaq.domain.errors import ConfigurationError, JobValidationError
 from chokaq.domain.models import EnqueueRequest
 from chokaq.domain.states import FailureReason
 from chokaq.operations.rules import is_loopback, parse_failure_reason, zombie_timeout_floor
-from chokaq.operations.service import Operations
+from chokaq.operations.service import Operations, Selection
 from chokaq.runtime.events import EVENT_KINDS
 from chokaq.settings import load_settings
 from chokaq.storage.admin import Actor, JobEdit
@@ -146,7 +146,7 @@ def test_every_operator_action_announces_a_typed_event_naming_its_actor(app: Cho
     ops.edit_dead(who, job_id, JobEdit(tags="fixed"))
     ops.resurrect(who, job_id)
     ops.cancel(who, [job_id])
-    ops.purge_dlq(who, ids=[job_id])
+    ops.purge_dlq(who, Selection(ids=[job_id]))
     make_archived(app.storage, 1)
     ops.purge_archive(who, datetime.now(UTC).replace(tzinfo=None) + timedelta(days=1))
     ops.change_queue(who, "default", {"paused": True})
