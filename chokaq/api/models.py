@@ -11,6 +11,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, Stric
 from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError
 from chokaq.operations.job_out import JobOut
+from chokaq.runtime.events import EventKind
 
 __all__ = ["JobOut"]  # the public job shape lives beside the operations: the CLI prints it without FastAPI
 
@@ -313,7 +314,7 @@ class AuditPageOut(BaseModel):
 class EventOut(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    kind: str
+    kind: EventKind
     at: float
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any, Protocol, TypedDict
 
 from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError, NotFoundError
@@ -48,6 +48,13 @@ class Selection:
     dry_run: bool = False
     expected_count: int | None = None
     snapshot: str | None = None
+
+
+class _BulkAction(Protocol):
+    """``AdminStore.resurrect_many`` and ``AdminStore.purge_dlq``."""
+
+    def __call__(self, actor: Actor, *, ids: Sequence[str] | None, f: JobFilter | None, max_jobs: int,
+                 dry_run: bool, expected_count: int | None, snapshot: str | None) -> BulkResult: ...
 
 
 class Operations:
@@ -127,7 +134,7 @@ class Operations:
         return res
 
     @staticmethod
-    def _bulk(action: Callable[..., BulkResult], actor: Actor, sel: Selection) -> BulkResult:
+    def _bulk(action: _BulkAction, actor: Actor, sel: Selection) -> BulkResult:
         return action(actor, ids=sel.ids, f=sel.f, max_jobs=sel.max_jobs, dry_run=sel.dry_run,
                       expected_count=sel.expected_count, snapshot=sel.snapshot)
 
