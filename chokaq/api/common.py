@@ -13,12 +13,9 @@ from chokaq.api.models import ErrorOut, FieldError, _PayloadEdit
 from chokaq.domain import limits
 from chokaq.domain.errors import NotFoundError
 from chokaq.domain.models import check_payload_text, encode_payload
-from chokaq.operations.job_out import iso
 from chokaq.operations.service import Operations
 from chokaq.runtime.app import ChokaQ
 from chokaq.storage.admin import Actor, AdminStore
-
-__all__ = ["iso"]  # re-exported: the routes format timestamps as the public job shape does
 
 Viewer = Annotated[Principal, Depends(require(VIEWER))]
 Operator = Annotated[Principal, Depends(require(OPERATOR))]

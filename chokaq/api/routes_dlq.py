@@ -19,7 +19,6 @@ from chokaq.api.common import (
     check_job_id,
     chokaq_app,
     edited_payload,
-    iso,
     operations,
 )
 from chokaq.api.models import (
@@ -41,6 +40,7 @@ from chokaq.api.models import (
 from chokaq.domain import limits
 from chokaq.domain.models import JobRecord
 from chokaq.domain.states import FailureReason, Location
+from chokaq.operations.job_out import iso
 from chokaq.operations.rules import parse_failure_reason
 from chokaq.operations.service import Selection
 from chokaq.runtime.app import ChokaQ

@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
 
-from chokaq.api.common import ERRORS, NOT_FOUND, Operator, Viewer, actor, chokaq_app, iso, operations
+from chokaq.api.common import ERRORS, NOT_FOUND, Operator, Viewer, actor, chokaq_app, operations
 from chokaq.api.models import QueueListOut, QueueName, QueueOut, QueuePatchIn
 from chokaq.domain import limits
 from chokaq.domain.models import QueueInfo
+from chokaq.operations.job_out import iso
 from chokaq.operations.service import QueueChanges
 
 router = APIRouter(prefix="/api/queues", tags=["queues"])

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from chokaq.api.common import ERRORS, Admin, Viewer, actor, admin_store, chokaq_app, iso, operations
+from chokaq.api.common import ERRORS, Admin, Viewer, actor, admin_store, chokaq_app, operations
 from chokaq.api.models import (
     ArchivePurgeIn,
     ArchivePurgeOut,
@@ -26,6 +26,7 @@ from chokaq.api.models import (
     naive_utc,
 )
 from chokaq.domain import limits
+from chokaq.operations.job_out import iso
 
 log = logging.getLogger("chokaq.api")
 router = APIRouter(prefix="/api")
