@@ -105,6 +105,8 @@ def sweep(c: Ctx, loop: bool) -> None:
 
     app = c.app
     telemetry.configure("chokaq-sweep")
+    # No events (run_sweep without ``events``): no stream is served from this process; the Deck
+    # sees a rescue in the database counts on its next stats tick.
     try:
         if not loop:
             click.echo(json.dumps(run_sweep(app.storage, app.settings).as_dict()))
