@@ -124,9 +124,8 @@ def dlq_list(c: Ctx, queue: str | None, job_type: str | None, reason: str | None
     f = JobFilter(queue=queue, type=job_type, failure_reason=parse_failure_reason(reason), search=search)
     p = AdminStore(c.app.storage).list_jobs(Location.DLQ, f, page=page, page_size=page_size)
     if as_json:
-        click.echo(json.dumps({"items": [JobOut.from_record(j).model_dump() for j in p.items], "total": p.total,
-                               "page": p.page,
-                               "page_size": p.page_size}, indent=2))
+        items = [JobOut.from_record(j).model_dump() for j in p.items]
+        click.echo(json.dumps({"items": items, "total": p.total, "page": p.page, "page_size": p.page_size}, indent=2))
         return
     rows = [tuple(printable(v) for v in (
         j.id, j.queue, j.type, j.failure_reason.label if j.failure_reason is not None else "",
