@@ -13,26 +13,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable
 
-from chokaq.runtime.events import bus
+from chokaq.runtime.dbcall import DbCall
+from chokaq.runtime.events import EventBus
 from chokaq.runtime.outage import Outage, backoff
 from chokaq.runtime.outcomes import Outcome
-from chokaq.runtime.stats import WorkerStats
+from chokaq.runtime.stats import Transition, WorkerStats
 from chokaq.storage.engine import is_transient
 from chokaq.storage.store import Completion, Storage
 from chokaq.telemetry import instruments
 
 # The worker's logger: these lines were the worker's before the completer had a module of its own.
 log = logging.getLogger("chokaq.worker")
-T = TypeVar("T")
-
-
-class DbCall(Protocol):
-    """Runs a blocking storage call off the event loop (the worker's database threads)."""
-
-    def __call__(self, fn: Callable[..., T], /, *args: Any) -> Awaitable[T]: ...
 
 
 class Completer:
@@ -46,13 +39,15 @@ class Completer:
         db: DbCall,
         recorded: Callable[[list[Outcome]], None],
         abandoned: Callable[[list[Outcome]], None],
-        conflict: Callable[[str, int], None],
+        conflict: Callable[[Transition, int], None],
         retry_delay: Callable[[int], float] = backoff,
         retryable: Callable[[BaseException], bool] = is_transient,
+        events: EventBus | None = None,
     ) -> None:
         """``recorded`` and ``abandoned`` hand outcomes back to the worker once the database has
         them, or once they are left to the sweep; ``retry_delay(attempt)`` and ``retryable(exc)``
-        are the retry policy."""
+        are the retry policy. ``events`` is the app's bus that hears of each recorded outcome
+        (``None``: nobody in this process listens)."""
         self.storage = storage
         self.worker_id = worker_id
         self.outage = outage
@@ -63,6 +58,7 @@ class Completer:
         self._conflict = conflict
         self._retry_delay = retry_delay
         self._retryable = retryable
+        self._events = events if events is not None else EventBus()
         # Binds to the running loop on first use (Python >= 3.10), not here.
         self._queue: asyncio.Queue[Outcome] = asyncio.Queue()
 
@@ -118,7 +114,7 @@ class Completer:
         for o in successes:
             if o.record.id in done:
                 archived[(o.record.queue, o.record.type)] += 1
-                bus.publish("job.archived", id=o.record.id, queue=o.record.queue, type=o.record.type)
+                self._events.publish("job.archived", id=o.record.id, queue=o.record.queue, type=o.record.type)
         for (queue, type_), n in archived.items():
             ins.completed.add(n, {"queue": queue, "type": type_})
         self.counts.succeeded += len(done)
@@ -133,7 +129,7 @@ class Completer:
             if ok:
                 self.counts.failed += 1
                 ins.dlq.add(1, {**attrs, "reason": o.reason.label})
-                bus.publish("job.failed", id=o.record.id, queue=o.record.queue, reason=o.reason.label)
+                self._events.publish("job.failed", id=o.record.id, queue=o.record.queue, reason=o.reason.label)
             else:
                 self._conflict("fail", 1)
         elif o.kind == "retry":
@@ -141,7 +137,7 @@ class Completer:
             if ok:
                 self.counts.retried += 1
                 ins.retried.add(1, {**attrs, "attempt": o.record.attempt_count})
-                bus.publish("job.updated", id=o.record.id, queue=o.record.queue, status="Pending")
+                self._events.publish("job.updated", id=o.record.id, queue=o.record.queue, status="Pending")
             else:
                 self._conflict("retry", 1)
         elif o.kind == "reschedule":

@@ -1,4 +1,12 @@
-"""In-process event bus. Events are hints for dashboards to reload; the database is the truth."""
+"""The in-process event bus. Events are hints for dashboards to reload; the database is the truth.
+
+Each :class:`~chokaq.runtime.app.ChokaQ` app owns one bus (``app.bus``): two apps in one process
+(two databases, or a test beside the app under test) never see each other's events. What
+publishes to it is what runs in that app's process: the admin API's operator actions (through
+:mod:`chokaq.operations.service`), the app's workers and its sweeps. A process with no subscriber
+(a CLI command) has nobody to tell, so it does not publish; the Deck learns of such changes from
+the database, on its next ``stats.updated`` tick or reload.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +15,27 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal, get_args
+
+EventKind = Literal[
+    "job.updated",  # enqueued, edited, retried (back to Pending)
+    "job.archived",  # succeeded
+    "job.failed",  # dead-lettered (failed, cancelled)
+    "job.resurrected",  # DLQ -> Pending
+    "job.purged",  # deleted from the DLQ or the archive
+    "queue.changed",  # paused, limits, zombie timeout
+    "stats.updated",  # the stream hub's periodic counts
+    "zombie.rescue",  # a sweep moved abandoned or silent jobs
+]
+EVENT_KINDS: Final[tuple[EventKind, ...]] = get_args(EventKind)
+
+# Only between the stream hub and its streams: a stats poll failed. Never sent to a client.
+StatsUnavailable = Literal["stats.unavailable"]
 
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    kind: str  # job.updated, job.archived, job.failed, job.resurrected, job.purged, queue.changed,
-    # stats.updated, zombie.rescue
+    kind: EventKind | StatsUnavailable
     data: dict[str, Any]
     at: float = field(default_factory=time.time)
 
@@ -29,17 +51,22 @@ class EventBus:
         self._subs: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[Event]]] = []
         self.recent: deque[Event] = deque(maxlen=history)
 
-    def publish(self, kind: str, **data: Any) -> Event:
+    def publish(self, kind: EventKind, **data: Any) -> Event:
         event = Event(kind, data)
         with self._lock:
             self.recent.append(event)
             subs = list(self._subs)
         for loop, queue in subs:
             try:
-                loop.call_soon_threadsafe(_offer, queue, event)
+                loop.call_soon_threadsafe(offer, queue, event)
             except RuntimeError:
                 self.unsubscribe(queue)  # its loop is closed
         return event
+
+    def since(self, after: float) -> list[Event]:
+        """Buffered events newer than ``after`` (a reconnecting stream's replay)."""
+        with self._lock:
+            return [e for e in self.recent if e.at > after]
 
     def subscribe(self, maxsize: int = 1000) -> asyncio.Queue[Event]:
         queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=maxsize)
@@ -52,10 +79,8 @@ class EventBus:
             self._subs = [(lp, q) for lp, q in self._subs if q is not queue]
 
 
-def _offer(queue: asyncio.Queue[Event], event: Event) -> None:
-    if queue.full():  # a slow client loses the oldest hints, never blocks the publisher
+def offer(queue: asyncio.Queue[Event], event: Event) -> None:
+    """Put ``event`` on a subscriber's queue; a slow client loses the oldest hints, never blocks the publisher."""
+    if queue.full():
         queue.get_nowait()
     queue.put_nowait(event)
-
-
-bus = EventBus()

@@ -10,11 +10,18 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel
 
 _CANCEL_LOCK = threading.Lock()
+
+# Why the worker cancelled a running job (JobContext.cancel_reason).
+CancelReason = Literal["shutdown", "heartbeat_failure", "lost_ownership", "timeout"]
+CANCEL_SHUTDOWN: Final = "shutdown"
+CANCEL_HEARTBEAT: Final = "heartbeat_failure"
+CANCEL_LOST: Final = "lost_ownership"
+CANCEL_TIMEOUT: Final = "timeout"
 
 
 @dataclass(eq=False)
@@ -26,7 +33,7 @@ class JobContext:
     queue: str
     type: str
     worker_id: str
-    cancel_reason: str | None = None
+    cancel_reason: CancelReason | None = None
     _flag: bool = field(default=False, repr=False)
     # Made on first use: most jobs never look, and an Event per job is a lock and a condition.
     _event: threading.Event | None = field(default=None, repr=False)
@@ -46,7 +53,7 @@ class JobContext:
     def is_cancelled(self) -> bool:
         return self._flag
 
-    def cancel(self, reason: str) -> None:
+    def cancel(self, reason: CancelReason) -> None:
         with _CANCEL_LOCK:
             if self._flag:
                 return

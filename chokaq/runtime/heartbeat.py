@@ -14,9 +14,10 @@ import random
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 
 from chokaq.domain.models import Lease
+from chokaq.runtime.handlers import CANCEL_HEARTBEAT, CANCEL_LOST, CancelReason
 from chokaq.runtime.outage import Outage
-from chokaq.runtime.outcomes import CANCEL_HEARTBEAT, CANCEL_LOST
 from chokaq.runtime.running import Running
+from chokaq.runtime.stats import Transition
 from chokaq.settings import ExecutionSettings
 from chokaq.telemetry import instruments
 
@@ -33,8 +34,8 @@ class Heartbeat:
         write: Callable[[Sequence[Lease]], Awaitable[Collection[str]]],
         running: Mapping[str, Running],
         executing: Collection[str],
-        cancel: Callable[[Running, str], None],
-        conflict: Callable[[str, int], None],
+        cancel: Callable[[Running, CancelReason], None],
+        conflict: Callable[[Transition, int], None],
     ) -> None:
         """``write`` refreshes the leases and returns the ids still ours; ``running`` and
         ``executing`` are the worker's live views (jobs not yet finalised; handlers still running)."""

@@ -5,22 +5,37 @@ database, logs or counts."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from chokaq.domain.models import JobRecord, Lease
 from chokaq.domain.states import FailureReason
+from chokaq.runtime.handlers import CANCEL_HEARTBEAT, CANCEL_LOST, CANCEL_SHUTDOWN, CANCEL_TIMEOUT, CancelReason
 from chokaq.runtime.policy import decide, describe
 from chokaq.settings import RetrySettings
 
-# Why the worker cancelled a running job (JobContext.cancel_reason).
-CANCEL_SHUTDOWN = "shutdown"
-CANCEL_HEARTBEAT = "heartbeat_failure"
-CANCEL_LOST = "lost_ownership"
-CANCEL_TIMEOUT = "timeout"
+__all__ = [
+    "CANCEL_HEARTBEAT",
+    "CANCEL_LOST",
+    "CANCEL_SHUTDOWN",
+    "CANCEL_TIMEOUT",
+    "CancelReason",
+    "Outcome",
+    "OutcomeKind",
+    "cancelled",
+    "failed",
+    "rejected",
+    "succeeded",
+]
+
+# What the completer does with a run: record a success, move the job to the DLQ (fail), give it
+# another attempt later (retry), hand it back to Pending unrun (reschedule), or write nothing
+# (drop: the job was taken from us, or is left to the sweep).
+OutcomeKind = Literal["success", "fail", "retry", "reschedule", "drop"]
 
 
 @dataclass
 class Outcome:
-    kind: str  # "success" | "fail" | "retry" | "reschedule" | "drop"
+    kind: OutcomeKind
     lease: Lease
     record: JobRecord
     duration_ms: int = 0
@@ -41,7 +56,7 @@ def rejected(record: JobRecord, lease: Lease, details: str) -> Outcome:
 def cancelled(
     record: JobRecord,
     lease: Lease,
-    cancel_reason: str | None,
+    cancel_reason: CancelReason | None,
     *,
     thread_still_running: bool,
     heartbeat_failures: int,

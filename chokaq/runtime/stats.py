@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Literal
+
+# The moves a conflict can be counted for (WorkerStats.conflicts; the
+# chokaq.state_transition.conflicts metric's ``transition`` attribute).
+Transition = Literal["start", "heartbeat", "complete", "fail", "retry", "reschedule", "release"]
 
 
 @dataclass

@@ -45,8 +45,15 @@ class Supervisor:
             self.failure = reason
             self._on_failure(reason)
 
+    async def __aenter__(self) -> Supervisor:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
     async def close(self) -> None:
-        """Cancel every helper and wait for them (the worker's last step, after its shutdown)."""
+        """Cancel every helper and wait for them (after the worker's shutdown: the heartbeat and the
+        completer serve it to the end)."""
         self._closing = True
         for task in self._tasks:
             task.cancel()

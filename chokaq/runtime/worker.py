@@ -2,10 +2,12 @@
 runs handlers with a concurrency limit, keeps their heartbeats fresh in one statement per tick,
 and finalises outcomes in batches.
 
-This module holds the scheduling (fetch and start loops, slots, the buffer), running handlers with
-tracing, and the reconcile after lost replies. Its collaborators each own one thing:
+This module holds the scheduling (fetch and start loops), running handlers with tracing, and the
+composition of the collaborators, each of which owns one thing: slots.py (what the worker holds and
+may claim or start), changes.py (waiting on that), reconcile.py (what lost replies left behind),
 outcomes.py (what a run's ending becomes), completer.py (writing outcomes), heartbeat.py (leases),
-supervisor.py (helper tasks that must not die unnoticed), outage.py (riding out the database)."""
+supervisor.py (helper tasks that must not die unnoticed), outage.py (riding out the database),
+statistics.py (planner statistics on PostgreSQL) and health.py (the health file)."""
 
 from __future__ import annotations
 
@@ -16,28 +18,32 @@ import functools
 import logging
 import math
 import os
-import random
 import signal
 import socket
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from chokaq.domain.models import JobRecord
-from chokaq.domain.states import FailureReason, JobStatus
+from chokaq.domain.states import FailureReason
 from chokaq.runtime import outcomes
+from chokaq.runtime.changes import Changes
 from chokaq.runtime.completer import Completer
-from chokaq.runtime.handlers import Handler, JobContext
+from chokaq.runtime.handlers import CANCEL_SHUTDOWN, CANCEL_TIMEOUT, CancelReason, Handler, JobContext
+from chokaq.runtime.health import write_health_forever
 from chokaq.runtime.heartbeat import Heartbeat
 from chokaq.runtime.outage import Outage, backoff
-from chokaq.runtime.outcomes import CANCEL_SHUTDOWN, CANCEL_TIMEOUT, Outcome
+from chokaq.runtime.outcomes import Outcome
+from chokaq.runtime.reconcile import Reconciler
 from chokaq.runtime.running import Running
-from chokaq.runtime.stats import WorkerStats
+from chokaq.runtime.slots import Slots
+from chokaq.runtime.statistics import refresh_statistics_forever
+from chokaq.runtime.stats import Transition, WorkerStats
 from chokaq.runtime.supervisor import HelperDied, Supervisor
 from chokaq.storage.engine import is_transient
 from chokaq.telemetry import instruments, tracer, tracing_active
@@ -46,12 +52,8 @@ if TYPE_CHECKING:  # for the annotation only: app imports this module, never the
     from chokaq.runtime.app import ChokaQ
 
 log = logging.getLogger("chokaq.worker")
+P = ParamSpec("P")
 T = TypeVar("T")
-
-# While a worker has a backlog, a burst is seen within about a second of PostgreSQL counting it;
-# the check is one cheap read. Idle workers check less often.
-STATISTICS_CHECK_SECONDS = 1.0
-STATISTICS_IDLE_CHECK_SECONDS = 10.0
 
 
 def default_worker_id() -> str:
@@ -75,24 +77,22 @@ class Worker:
         self.queues = queues or None
         self.concurrency = concurrency or ex.concurrency
         self.prefetch = max(ex.prefetch, self.concurrency)
-        self.batch = min(ex.fetch_batch_size, self.prefetch)
-        self.max_held = self.concurrency + self.prefetch  # started and not yet written back
         self.id = (worker_id or self.settings.worker_name or default_worker_id())[:100]
         self.with_sweep = with_sweep
-        self.buffer: deque[JobRecord] = deque()
-        self.running: dict[str, Running] = {}  # started and not yet finalised
-        self.executing: set[str] = set()  # handler still running
-        # Since Python 3.10 these bind to the running loop on first use, not at construction.
-        self._wake = asyncio.Event()  # NOTIFY arrived or stopping: fetch now
-        self._slot = asyncio.Event()  # a handler finished
-        self._buffered = asyncio.Event()  # the prefetch buffer has jobs
-        self._room = asyncio.Event()  # the prefetch buffer has room
-        self._backlog_seen = asyncio.Event()  # a claim came back full
-        self._backlog = False
-        self._claiming = 0  # jobs asked for by fetches in flight
-        self._starting = 0  # slots held by start batches and claims for idle slots in flight
-        self._stopping = False
-        self._stopped = threading.Event()
+        self.counts = WorkerStats()
+        self.outage = Outage(self.settings.storage.outage_tolerance, ex.health_file, self.id)
+        # Every change the fetch and start loops may wait for is announced here.
+        self.changes = Changes()
+        self.slots = Slots(
+            self.changes,
+            concurrency=self.concurrency,
+            prefetch=self.prefetch,
+            batch=min(ex.fetch_batch_size, self.prefetch),
+        )
+        self.reconciler = Reconciler(
+            self.storage, self.id, self.outage, self.slots, self.changes, db=self._db, adopted=self._active
+        )
+        self._woken = False  # NOTIFY arrived or wake() was called: the primary fetcher claims now
         self._loop: asyncio.AbstractEventLoop | None = None
         # Enough threads that a heartbeat or an outcome never queues behind fetches and starts
         # stuck on a hung connection (until its timeout ends it).
@@ -102,37 +102,18 @@ class Worker:
         self._fetch_failures = 0
         self._start_failures = 0
         self._listening = threading.Event()  # LISTEN/NOTIFY is up: idle polls can be rarer
-        # Refill the buffer when less than one round of work is left, so a worker does not sit on
-        # up to Execution.Prefetch reserved jobs while other workers idle.
-        self.lookahead = min(self.prefetch, max(self.batch, self.concurrency))
         self._zombie_retry_types = {h.name for h in app.handlers.values() if h.retry_zombies}
-        self.counts = WorkerStats()
-        # For until_idle: when the worker last held, took or finished a job (or was woken), and an
-        # event set at each such change, so waiting for idleness needs no polling.
+        # For until_idle: when the worker last held, took or finished a job (or was woken), and
+        # the changes to that, so waiting for idleness needs no polling.
         self._last_active = time.monotonic()
-        self._activity = asyncio.Event()
-        self._ended = asyncio.Event()  # run_async has returned
-        self.outage = Outage(self.settings.storage.outage_tolerance, ex.health_file, self.id)
-        # Lost replies (see Storage.ambiguity): claims and starts in flight, the gate that holds new
-        # ones back while the worker reconciles, and whether a reconcile is due.
-        self._moves = 0
-        self._quiet = asyncio.Event()
-        self._stop_ev = asyncio.Event()
-        self._gate = asyncio.Event()
-        self._ambiguous = False
-        self._reconciling = False
-        self._in_start: set[str] = set()
-        # Jobs this worker started and whose fate it leaves to the sweep (a handler thread that
-        # would not stop, an outcome it could not write): a reconcile must never hand them on.
-        # Keyed by id, the attempt they ran at: a later claim of the same job is a new one.
-        self._left: dict[str, int] = {}
-        self._since: datetime | None = None  # database clock at start: older rows are not ours
+        self._activity = Changes()
+        self._ended = False  # run_async has returned
         self.heartbeat = Heartbeat(
             ex,
             self.outage,
             write=lambda leases: self._db(self.storage.heartbeat, self.id, leases),
-            running=self.running,
-            executing=self.executing,
+            running=self.slots.running,
+            executing=self.slots.executing,
             cancel=self._cancel,
             conflict=self._conflict,
         )
@@ -145,51 +126,31 @@ class Worker:
             recorded=self._done,
             abandoned=lambda finished: self._done(finished, left=True),
             conflict=self._conflict,
+            events=app.bus,
         )
         self.failure: str | None = None  # why a helper task's death stopped the worker
 
     # ------------------------------------------------------------------ plumbing
-    async def _db(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _db(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         assert self._loop is not None
-        return await self._loop.run_in_executor(self._db_pool, functools.partial(fn, *args))
+        return await self._loop.run_in_executor(self._db_pool, functools.partial(fn, *args, **kwargs))
 
-    async def _move(self, fn: Callable[..., T], *args: Any) -> T:
-        """A claim or a start: ownership changes that a lost reply can hide from us. Waits while a
-        reconcile runs, and notes a call that may have committed without our hearing."""
-        await self._gate.wait()
-        self._moves += 1
-
-        def tracked() -> T:
-            try:
-                with self.storage.ambiguity() as seen:
-                    return fn(*args)
-            finally:
-                if seen.ambiguous:
-                    self._ambiguous = True
-
-        try:
-            result = await self._db(tracked)
-        finally:
-            self._moves -= 1
-            if not self._moves:
-                self._quiet.set()
-        self.outage.succeeded()
-        return result
-
-    def _conflict(self, transition: str, n: int = 1) -> None:
+    def _conflict(self, transition: Transition, n: int = 1) -> None:
         if n:
             self.counts.conflicts += n
             instruments().state_transition_conflicts.add(n, {"transition": transition})
             log.warning("%d stale %s move(s): this worker no longer owns the job(s)", n, transition)
 
     def _poke(self) -> None:
-        """Wake the fetcher (new jobs were announced, or we are stopping)."""
-        self._wake.set()
+        """Wake the fetcher (new jobs were announced)."""
+        self._woken = True
+        self.changes.notify()
 
     def _active(self) -> None:
         self._last_active = time.monotonic()
-        self._activity.set()
+        self._activity.notify()
 
+    # ------------------------------------------------------------------ public view
     @property
     def stats(self) -> dict[str, int]:
         """The counters as a plain dict (a snapshot; :attr:`counts` is the typed, live object)."""
@@ -198,11 +159,32 @@ class Worker:
     @property
     def busy(self) -> bool:
         """Holding any job: buffered, being started, running, or with its outcome not yet recorded."""
-        return bool(self.running or self.buffer or self._in_start)
+        return self.slots.busy
 
     @property
     def stopping(self) -> bool:
-        return self._stopping
+        return self.slots.stopping
+
+    @property
+    def started_at(self) -> datetime | None:
+        """The database's clock when this worker connected (None before): rows under its id that
+        are older belong to a predecessor with the same name."""
+        return self.reconciler.since
+
+    @property
+    def running(self) -> Mapping[str, Running]:
+        """Jobs started and not yet finalised (a live view)."""
+        return self.slots.running
+
+    @property
+    def executing(self) -> set[str]:
+        """Ids of the jobs whose handlers are still running (a live view)."""
+        return self.slots.executing
+
+    @property
+    def buffer(self) -> deque[JobRecord]:
+        """Jobs claimed into the prefetch buffer, not yet started (a live view)."""
+        return self.slots.buffer
 
     def wake(self) -> None:
         """Fetch now instead of at the next poll, and count this as activity for :meth:`until_idle`
@@ -215,16 +197,14 @@ class Worker:
         finished, the last claim that brought jobs, or the last :meth:`wake`), after ``max_seconds``
         at the most, or as soon as it stops. It does not stop the worker."""
         deadline = time.monotonic() + max_seconds
-        while not self._ended.is_set():
+        while not self._ended:
             now = time.monotonic()
-            if self.busy:
+            if self.slots.busy:
                 self._last_active = now
             remaining = min(deadline, self._last_active + idle_seconds) - now
             if remaining <= 0:
                 return
-            self._activity.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._activity.wait(), remaining)
+            await self._activity.changed(remaining)
 
     async def run_until_idle(self, idle_seconds: float, *, max_seconds: float = math.inf) -> WorkerStats:
         """Run until idle for ``idle_seconds`` (or for ``max_seconds`` at the most), then stop
@@ -237,24 +217,19 @@ class Worker:
             await task
         return self.counts
 
-    def _slot_freed(self) -> None:
-        self._slot.set()
-
     def stop(self) -> None:
         """Ask the worker to shut down gracefully (safe from any thread or signal handler)."""
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._begin_stop)
         else:
-            self._stopping = True
+            self.slots.stopping = True
 
     def _begin_stop(self) -> None:
-        if not self._stopping:
+        if not self.slots.stopping:
             log.info("worker %s stopping: no more fetches", self.id)
-        self._stopping = True
-        for event in (self._wake, self._slot, self._buffered, self._room, self._backlog_seen, self._stop_ev):
-            event.set()
+        self.slots.stop()  # every wait in the fetch and start loops ends
 
-    # ------------------------------------------------------------------ main
+    # ------------------------------------------------------------------ lifecycle
     def run(self, *, install_signals: bool = True) -> None:
         asyncio.run(self.run_async(install_signals=install_signals))
 
@@ -263,58 +238,97 @@ class Worker:
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._begin_stop)
-        self._gate.set()
-        await self._wait_for_database()
+        async with contextlib.AsyncExitStack() as stack:
+            # Teardown runs in the reverse order of these lines, so each part outlives what uses
+            # it: first the shutdown (release the buffer, let handlers end and their outcomes reach
+            # the database), while the helpers (heartbeat, completer) still serve it; then the
+            # helpers are cancelled; then the wake-ups (NOTIFY listener, enqueue subscription) and
+            # the sweep thread stop; the gauge drops; last, the thread pools go and until_idle
+            # returns.
+            stack.callback(self._closed)
+            await self._wait_for_database()
+            stack.enter_context(self._counted())
+            stack.enter_context(self._sweeping())
+            stack.enter_context(self._wakeups())
+            await stack.enter_async_context(self._helpers())
+            stack.push_async_callback(self._shutdown)
+            log.info(
+                "worker %s started: queues=%s concurrency=%d prefetch=%d",
+                self.id,
+                self.queues or "all",
+                self.concurrency,
+                self.prefetch,
+            )
+            await self._dispatch_loop()
+        if self.failure is not None:
+            raise HelperDied(f"worker {self.id} stopped because a helper task ended: {self.failure}")
+
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[None]:
         instruments().workers_active.add(1)
-        listener = self._start_listener()
+        try:
+            yield
+        finally:
+            instruments().workers_active.add(-1)
+
+    @contextlib.contextmanager
+    def _sweeping(self) -> Iterator[None]:
+        """The sweep in a thread of its own, for a worker that also sweeps (``with_sweep``)."""
+        stop = threading.Event()
+        if self.with_sweep:
+            from chokaq.runtime.sweeper import sweep_forever
+
+            args = (self.storage, self.settings, stop, self.app.bus)
+            threading.Thread(target=sweep_forever, args=args, daemon=True).start()
+        try:
+            yield
+        finally:
+            stop.set()
+
+    @contextlib.contextmanager
+    def _wakeups(self) -> Iterator[None]:
+        """What makes the fetcher claim before its next poll: a NOTIFY (PostgreSQL, from a listener
+        thread) or an enqueue through this process's storage."""
         loop = self._loop
+        assert loop is not None
 
         def wake_soon() -> None:
             loop.call_soon_threadsafe(self._poke)
 
-        unsubscribe = self.storage.on_enqueue(wake_soon)
-        sweeper_stop = threading.Event()
-        sweeper = None
-        if self.with_sweep:
-            from chokaq.runtime.sweeper import sweep_forever
+        stop = threading.Event()
+        if self.settings.storage.listen_notify and self.storage.supports_notify:
+            from chokaq.storage.notify import listen
 
-            sweeper = threading.Thread(
-                target=sweep_forever, args=(self.storage, self.settings, sweeper_stop), daemon=True
-            )
-            sweeper.start()
-        log.info(
-            "worker %s started: queues=%s concurrency=%d prefetch=%d",
-            self.id,
-            self.queues or "all",
-            self.concurrency,
-            self.prefetch,
-        )
+            args = (self.storage.url, wake_soon, stop, self._listening)
+            threading.Thread(target=listen, args=args, daemon=True, name="chokaq-listen").start()
+        unsubscribe = self.storage.on_enqueue(wake_soon)
+        try:
+            yield
+        finally:
+            unsubscribe()
+            stop.set()
+
+    def _helpers(self) -> Supervisor:
         helpers = Supervisor(self._helper_died)
         helpers.start("chokaq-heartbeat", self.heartbeat.run())
         helpers.start("chokaq-finalize", self.completer.run())
         if self.outage.health_file is not None:
-            helpers.start("chokaq-health", self._health_loop())
+            helpers.start("chokaq-health", write_health_forever(self.outage))
         if self.settings.storage.refresh_statistics and self.storage.supports_statistics_refresh:
-            helpers.start("chokaq-statistics", self._statistics_loop())
-        try:
-            await self._dispatch_loop()
-        finally:
-            await self._shutdown()
-            await helpers.close()
-            unsubscribe()
-            if listener is not None:
-                listener.set()
-            sweeper_stop.set()
-            instruments().workers_active.add(-1)
-            self._db_pool.shutdown(wait=False)
-            self._job_pool.shutdown(wait=False)
-            self._stopped.set()
-            self._ended.set()
-            self._activity.set()
-            self.outage.clear_health()
-            log.info("worker %s stopped: %s", self.id, self.stats)
-        if self.failure is not None:
-            raise HelperDied(f"worker {self.id} stopped because a helper task ended: {self.failure}")
+            slots = self.slots
+            helpers.start(
+                "chokaq-statistics",
+                refresh_statistics_forever(self.storage, self.outage, db=self._db, backlog=lambda: slots.backlog),
+            )
+        return helpers
+
+    def _closed(self) -> None:
+        self._db_pool.shutdown(wait=False)
+        self._job_pool.shutdown(wait=False)
+        self._ended = True
+        self._activity.notify()
+        self.outage.clear_health()
+        log.info("worker %s stopped: %s", self.id, self.stats)
 
     def _helper_died(self, reason: str) -> None:
         self.failure = reason
@@ -325,9 +339,9 @@ class Worker:
         exiting (a container that starts during a failover). Only a transient error is waited
         out: a wrong password or URL fails at once."""
         attempt = 0
-        while not self._stopping:
+        while not self.slots.stopping:
             try:
-                self._since = await self._db(self.storage.ping)
+                self.reconciler.since = await self._db(self.storage.ping)
                 self.outage.succeeded()
                 self.outage.write_health()
                 return
@@ -341,11 +355,10 @@ class Worker:
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep, but wake for a stop."""
-        if self._stopping:
+        if self.slots.stopping:
             await asyncio.sleep(0)
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop_ev.wait(), seconds)
+        await self.changes.until(lambda: self.slots.stopping, timeout=seconds)
 
     async def _probe(self) -> None:
         """Past the outage budget: one ping, then a backoff wait. A success resumes claiming."""
@@ -359,86 +372,6 @@ class Worker:
             self.outage.failed("probe", exc, delay)
             await self._sleep(delay)
 
-    async def _reconcile(self) -> None:
-        """After a claim or start whose reply may have been lost: find the rows that carry this
-        worker's id but that it does not hold, and settle them, so none is left to become a zombie.
-        A Fetched one joins the prefetch buffer (it is ours to start). A Processing one never ran
-        here (every job this worker started stays in ``running`` until its outcome is recorded):
-        it goes back to Pending with its attempt given back, as if it had never been claimed.
-
-        New claims and starts wait meanwhile, and the ones in flight are let finish first: a row
-        their replies are about to hand us must not be taken for an orphan.
-        """
-        if self._reconciling:
-            await self._gate.wait()  # the other fetcher's reconcile covers this one too
-            return
-        self._reconciling = True
-        self._gate.clear()
-        attempt = 0
-        try:
-            while self._moves:
-                self._quiet.clear()
-                await self._quiet.wait()
-            while True:
-                self._ambiguous = False
-                try:
-                    rows = await self._db(self.storage.owned, self.id, self._since)
-                    held = set(self.running) | {j.id for j in self.buffer} | self._in_start
-                    orphans = [r for r in rows if r.id not in held and self._left.get(r.id) != r.attempt_count]
-                    fetched = [r for r in orphans if r.status == JobStatus.FETCHED]
-                    processing = [r for r in orphans if r.status == JobStatus.PROCESSING]
-                    if fetched and self._stopping:
-                        await self._db(self.storage.release, self.id, [r.lease for r in fetched])
-                    elif fetched:
-                        self.buffer.extend(fetched)
-                        self._active()
-                        self._buffered.set()
-                    if processing:
-                        await self._db(self.storage.reschedule, self.id, [r.lease for r in processing])
-                    self.outage.succeeded()
-                    if orphans:
-                        log.warning(
-                            "reconciled after a lost reply: %d Fetched job(s) %s, %d never-started Processing "
-                            "job(s) back to Pending (attempt given back)",
-                            len(fetched),
-                            "released" if self._stopping else "adopted",
-                            len(processing),
-                        )
-                    return
-                except Exception as exc:
-                    if self._stopping and self.outage.over_budget():
-                        log.error("stopping without reconciling after a lost reply: the database is still away")
-                        return
-                    delay = backoff(attempt)
-                    attempt += 1
-                    self.outage.failed("reconcile", exc, delay)
-                    await asyncio.sleep(delay)
-        finally:
-            self._reconciling = False
-            self._gate.set()
-
-    async def _health_loop(self) -> None:
-        while True:
-            self.outage.write_health()
-            await asyncio.sleep(5.0)
-
-    def _start_listener(self) -> threading.Event | None:
-        if not self.settings.storage.listen_notify or not self.storage.supports_notify:
-            return None
-        from chokaq.storage.notify import listen
-
-        stop = threading.Event()
-        loop = self._loop
-        assert loop is not None
-
-        def on_notify() -> None:
-            loop.call_soon_threadsafe(self._poke)
-
-        threading.Thread(
-            target=listen, args=(self.storage.url, on_notify, stop, self._listening), daemon=True, name="chokaq-listen"
-        ).start()
-        return stop
-
     # ------------------------------------------------------------------ dispatch
     async def _dispatch_loop(self) -> None:
         # Fetching and starting run side by side: a start never waits behind a fetch round trip.
@@ -448,139 +381,96 @@ class Worker:
         loops += [self._start_loop(), self._start_loop()]
         await asyncio.gather(*(asyncio.create_task(loop) for loop in loops))
 
-    def _free_slots(self) -> int:
-        """Slots neither running a handler nor held by a start in flight. Handlers free theirs
-        when they return, before the finaliser writes their outcome; bounding those too
-        (Concurrency + Prefetch in all) keeps a slow database from piling up Processing rows."""
-        free = min(self.concurrency - len(self.executing), self.max_held - len(self.running))
-        return free - self._starting
-
-    def _idle_slots(self) -> int:
-        """Free slots that no buffered job will fill: jobs claimed for them can start at once."""
-        return self._free_slots() - len(self.buffer)
+    def _poll_interval(self) -> float:
+        storage = self.settings.storage
+        return storage.idle_polling_interval if self._listening.is_set() else storage.polling_interval
 
     async def _fetch_loop(self, *, primary: bool) -> None:
-        storage = self.settings.storage
-        while not self._stopping:
-            if self._ambiguous:
+        slots = self.slots
+        while not slots.stopping:
+            size = await self._claim_size(primary=primary)
+            if self.reconciler.due:
                 # Here, not right after the claim: the jobs it returned are launched or buffered
                 # first, so the reconcile counts them as held.
-                await self._reconcile()
+                await self.reconciler.reconcile()
                 continue
-            poll = storage.idle_polling_interval if self._listening.is_set() else storage.polling_interval
-            if not primary and not self._backlog:
-                self._backlog_seen.clear()
-                await self._backlog_seen.wait()
+            if size is None:  # stopping
                 continue
-            # Idle slots and nothing buffered for them: claim straight into Processing and start
-            # (one write per job fewer). Otherwise fill the prefetch buffer with Fetched jobs.
-            idle = self._idle_slots()
-            start_now = idle > 0
-            if start_now:
-                want = min(self.batch, idle)
-            elif not primary:
-                # The second fetcher only claims for idle slots; the buffer is the first one's.
-                self._slot.clear()
-                await self._slot.wait()
-                continue
-            else:
-                want = min(self.batch, self.prefetch - len(self.buffer) - self._claiming)
-                if len(self.buffer) + self._claiming >= self.lookahead or want <= 0:
-                    self._room.clear()
-                    await self._room.wait()
-                    continue
+            want, start_now = size
             if primary:
-                self._wake.clear()
+                self._woken = False  # a NOTIFY from here on is for jobs this claim may miss
             if self.outage.over_budget():
                 # Past Storage.OutageTolerance: claim nothing, only probe until the database is back.
                 await self._probe()
                 continue
-            if start_now:
-                self._starting += want
-            else:
-                self._claiming += want
-            failed: float | None = None
-            try:
-                jobs = await self._move(
-                    functools.partial(
-                        self.storage.fetch,
-                        self.id,
-                        want,
-                        self.queues,
-                        start=start_now,
-                        zombie_retry_types=self._zombie_retry_types,
-                        skip=list(self.running),
-                    )
-                )
-                self.counts.fetches += 1
-                self._fetch_failures = 0
-            except Exception as exc:
-                failed = backoff(self._fetch_failures, base=poll)
-                self._fetch_failures += 1
-                self.outage.failed("claim", exc, failed)
-                jobs = []
-            finally:
-                if start_now:
-                    self._starting -= want
-                    # Slots this claim held but did not fill are free again: a starter that saw
-                    # them taken may be waiting with jobs in the buffer.
-                    self._slot.set()
-                else:
-                    self._claiming -= want
-                self._room.set()  # the other fetcher may have been waiting on this claim's share
-            if failed is not None:
-                await self._sleep(failed)
-                continue
-            self._backlog = len(jobs) == want
-            if self._backlog:
-                self._backlog_seen.set()
+            jobs = await self._claim(want, start_now=start_now)
             if jobs and start_now:
                 self._launch(jobs)
                 # Let the handlers begin before counting free slots again: those that finish at
                 # once leave their slots idle for the next claim instead of sending it to the buffer.
                 await asyncio.sleep(0)
-                continue
-            if jobs:
-                self.buffer.extend(jobs)
+            elif jobs:
+                slots.add_buffered(jobs)
                 self._active()
-                self._buffered.set()
-                continue
-            if primary:
+            elif primary and jobs is not None:
                 # Nothing due: sleep until the poll interval passes or a NOTIFY/stop wakes us.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), poll)
+                await self.changes.until(lambda: self._woken or slots.stopping, timeout=self._poll_interval())
+
+    async def _claim_size(self, *, primary: bool) -> tuple[int, bool] | None:
+        """Wait until this fetcher has something to claim (see Slots.claim_size), a reconcile is
+        due, or the worker stops."""
+        size: tuple[int, bool] | None = None
+
+        def ready() -> bool:
+            nonlocal size
+            size = self.slots.claim_size(primary=primary)
+            return size is not None or self.slots.stopping or self.reconciler.due
+
+        await self.changes.until(ready)
+        return size
+
+    async def _claim(self, want: int, *, start_now: bool) -> list[JobRecord] | None:
+        """One claim; None if it failed (after the backoff wait)."""
+        claim = functools.partial(
+            self.storage.fetch,
+            self.id,
+            want,
+            self.queues,
+            start=start_now,
+            zombie_retry_types=self._zombie_retry_types,
+            skip=list(self.slots.running),
+        )
+        try:
+            with self.slots.claiming(want, start=start_now):
+                jobs = await self.reconciler.move(claim)
+        except Exception as exc:
+            delay = backoff(self._fetch_failures, base=self._poll_interval())
+            self._fetch_failures += 1
+            self.outage.failed("claim", exc, delay)
+            await self._sleep(delay)
+            return None
+        self.counts.fetches += 1
+        self._fetch_failures = 0
+        self.slots.claimed(len(jobs), want)
+        return jobs
 
     async def _start_loop(self) -> None:
-        while not self._stopping:
-            free = self._free_slots()
-            if free <= 0:
-                self._slot.clear()
-                await self._slot.wait()
-                continue
-            if not self.buffer:
-                self._buffered.clear()
-                await self._buffered.wait()
-                continue
-            batch = [self.buffer.popleft() for _ in range(min(free, len(self.buffer)))]
-            self._room.set()
-            self._starting += len(batch)
-            ids = {j.id for j in batch}
-            self._in_start |= ids  # held, though neither buffered nor running yet
+        while batch := await self.slots.jobs_to_start():
             try:
                 await self._start_batch(batch)
             finally:
-                self._in_start -= ids
+                self.slots.start_ended(batch)
                 self._active()  # started, back in the buffer, or lost: a change either way
-                self._starting -= len(batch)
-                self._slot.set()  # the other starter may have been waiting on these slots
 
     async def _start_batch(self, batch: list[JobRecord]) -> None:
         try:
-            result = await self._move(self.storage.start, self.id, batch, self._zombie_retry_types)
+            result = await self.reconciler.move(
+                functools.partial(self.storage.start, self.id, batch, self._zombie_retry_types)
+            )
             self._start_failures = 0
         except Exception as exc:
             # Back to the buffer: a start that committed unheard is found by the next one.
-            self.buffer.extendleft(reversed(batch))
+            self.slots.requeue(batch)
             delay = backoff(self._start_failures, base=self.settings.storage.polling_interval)
             self._start_failures += 1
             self.outage.failed("start", exc, delay)
@@ -596,7 +486,7 @@ class Worker:
         # Looked up once per batch: asking OpenTelemetry for its provider is not free.
         traced = tracing_active()
         for rec in started:
-            if rec.id in self.running:
+            if rec.id in self.slots.running:
                 # Never a second run of one job here (a reconcile and a replayed start both
                 # handing over the same row would be a bug; this keeps it from running twice).
                 log.error("job %s is already running in this worker; not starting it again", rec.id)
@@ -610,8 +500,7 @@ class Worker:
                 job_id=rec.id, attempt=rec.attempt_count, queue=rec.queue, type=rec.type, worker_id=self.id
             )
             run = Running(record=rec, lease=rec.lease, ctx=ctx, traced=traced)
-            self.running[rec.id] = run
-            self.executing.add(rec.id)
+            self.slots.launched(run)
             self.counts.started += 1
             run.task = asyncio.create_task(self._execute(run), name=f"chokaq-job-{rec.id}")
         self._active()
@@ -661,8 +550,7 @@ class Worker:
                     span.set_attribute("chokaq.timeout", True)
                 span.set_attribute("chokaq.outcome", outcome.kind)
         instruments().processing_duration.record(outcome.duration_ms, {"queue": rec.queue, "type": rec.type})
-        self.executing.discard(rec.id)
-        self._slot_freed()
+        self.slots.handler_ended(rec.id)
         self.completer.put(outcome)
 
     async def _call(self, handler: Handler, run: Running) -> None:
@@ -729,29 +617,12 @@ class Worker:
     def _done(self, finished: list[Outcome], *, left: bool = False) -> None:
         """Outcomes the completer recorded (or, ``left``, abandoned to the sweep): slots free up."""
         for o in finished:
-            self.running.pop(o.record.id, None)
             if left or o.kind == "drop":
-                self._left[o.record.id] = o.lease.attempt
-        self._slot.set()
+                self.reconciler.leave(o.record.id, o.lease.attempt)
+        self.slots.finished(o.record.id for o in finished)
         self._active()
 
-    # ------------------------------------------------------------------ planner statistics
-    async def _statistics_loop(self) -> None:
-        """Storage.RefreshStatistics: after a burst into a new or quiet JobsHot, PostgreSQL plans
-        every claim as a read and sort of the whole backlog until the table is analysed again;
-        autovacuum may take a minute or more. The worker checks at start, then about every second
-        while its claims come back full (a backlog: bursts show up so), else every ten seconds."""
-        last = -math.inf
-        while True:
-            if self._backlog or time.monotonic() - last >= STATISTICS_IDLE_CHECK_SECONDS:
-                last = time.monotonic()
-                try:
-                    await self._db(self.storage.refresh_statistics)
-                except Exception as exc:  # an optimisation: never let it stop the worker
-                    self.outage.failed("statistics check", exc)
-            await asyncio.sleep(random.uniform(0.8, 1.2) * STATISTICS_CHECK_SECONDS)
-
-    def _cancel(self, run: Running, reason: str) -> None:
+    def _cancel(self, run: Running, reason: CancelReason) -> None:
         run.ctx.cancel(reason)
         if run.task is not None and not run.task.done():
             run.task.cancel()
@@ -759,35 +630,38 @@ class Worker:
     # ------------------------------------------------------------------ shutdown
     async def _shutdown(self) -> None:
         ex = self.settings.execution
-        if self.buffer:
-            pending = list(self.buffer)
-            self.buffer.clear()
+        pending = self.slots.take_buffer()
+        if pending:
             try:
                 released = await self._db(self.storage.release, self.id, [j.lease for j in pending])
                 log.info("released %d buffered jobs to Pending", len(released))
                 self._conflict("release", len(pending) - len(released))
             except Exception:
                 log.exception("release failed; the sweep will return them after Recovery.FetchedJobTimeout")
-        tasks = [r.task for r in self.running.values() if r.task is not None and not r.task.done()]
+        tasks = [r.task for r in self.slots.running.values() if r.task is not None and not r.task.done()]
         if tasks:
             log.info("waiting up to %.0fs for %d running handlers", ex.shutdown_grace, len(tasks))
             _, still = await asyncio.wait(tasks, timeout=ex.shutdown_grace)
             if still:
-                for r in list(self.running.values()):
+                for r in list(self.slots.running.values()):
                     if r.task in still:
                         self._cancel(r, CANCEL_SHUTDOWN)
                 await asyncio.wait(still, timeout=5.0)
-        # Let every outcome reach the database before the heartbeat stops; during an outage,
-        # for as long as the outage budget allows.
+        await self._outcomes_written()
+        if self.reconciler.due:
+            await self.reconciler.reconcile()
+
+    async def _outcomes_written(self) -> None:
+        """Let every outcome reach the database before the heartbeat stops: for 30 s, and during an
+        outage for as long as the outage budget allows."""
         deadline = time.monotonic() + 30
 
         def riding_out() -> bool:
             return self.outage.down_since is not None and not self.outage.over_budget()
 
-        while self.running and (time.monotonic() < deadline or riding_out()):
-            await asyncio.sleep(0.02)
-        if self._ambiguous:
-            await self._reconcile()
+        # Re-checked on every change, and at least twice a second for the clock and the outage.
+        while self.slots.running and (time.monotonic() < deadline or riding_out()):
+            await self.changes.until(lambda: not self.slots.running, timeout=0.5)
 
 
 class _Rejected(Exception):

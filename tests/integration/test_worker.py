@@ -435,13 +435,13 @@ def test_a_reconcile_settles_rows_claimed_by_replies_the_worker_never_got(db_url
     # The worker serves another queue: the rows below are claimed under its id from here, after
     # it started (rows older than its start are not its own: a predecessor with the same name).
     r = run_worker(app, queues=["elsewhere"], worker_id="w-lost-replies")
-    wait_for(lambda: r.worker._since is not None)
+    wait_for(lambda: r.worker.started_at is not None)
     fetched_id, _ = s.enqueue(EnqueueRequest(type="rec"))
     (fetched,) = s.fetch(r.worker.id, 1)
     processing_id, _ = s.enqueue(EnqueueRequest(type="rec"))
     (processing,) = s.fetch(r.worker.id, 1, start=True)
     assert (fetched.id, processing.id, processing.attempt_count) == (fetched_id, processing_id, 1)
-    r.worker._ambiguous = True  # as a claim whose reply was lost leaves it
+    r.worker.reconciler.suspect()  # as a claim whose reply was lost leaves it
     wait_for(lambda: counts(s).get("archive") == 1 and counts(s).get("pending") == 1)
     r.stop()
     assert runs == [fetched_id]

@@ -1,0 +1,147 @@
+"""A worker's slots and prefetch buffer: how many jobs it holds, in which stage, and how many more
+it may claim or start. The fetch and start loops ask it what to do next and wait on it.
+
+Stages of a job held here: claimed by a fetch in flight (counted only), buffered (Fetched, waiting
+for a slot), being started (a start batch in flight), running (started and not yet finalised;
+``executing`` while its handler still runs). A handler frees its slot when it returns, before its
+outcome is written; bounding started-and-unwritten jobs too (Concurrency + Prefetch in all) keeps a
+slow database from piling up Processing rows."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+from chokaq.domain.models import JobRecord
+from chokaq.runtime.changes import Changes
+from chokaq.runtime.running import Running
+
+
+class Slots:
+    def __init__(self, changes: Changes, *, concurrency: int, prefetch: int, batch: int) -> None:
+        self.changes = changes
+        self.concurrency = concurrency
+        self.prefetch = prefetch
+        self.batch = batch
+        self.max_held = concurrency + prefetch  # started and not yet written back
+        # Refill the buffer when less than one round of work is left, so a worker does not sit on
+        # up to Execution.Prefetch reserved jobs while other workers idle.
+        self.lookahead = min(prefetch, max(batch, concurrency))
+        self.buffer: deque[JobRecord] = deque()
+        self.running: dict[str, Running] = {}
+        self.executing: set[str] = set()
+        self.in_start: set[str] = set()  # held by a start in flight: neither buffered nor running
+        self._claiming = 0  # jobs asked for by claims into the buffer in flight
+        self._starting = 0  # slots held by start batches and claims for idle slots in flight
+        self.backlog = False  # the last claim came back full
+        self.stopping = False
+
+    # ------------------------------------------------------------------ accounting
+    def free(self) -> int:
+        """Slots neither running a handler nor held by a start in flight."""
+        free = min(self.concurrency - len(self.executing), self.max_held - len(self.running))
+        return free - self._starting
+
+    def idle(self) -> int:
+        """Free slots that no buffered job will fill: jobs claimed for them can start at once."""
+        return self.free() - len(self.buffer)
+
+    @property
+    def busy(self) -> bool:
+        """Holding any job: buffered, being started, running, or with its outcome not yet recorded."""
+        return bool(self.running or self.buffer or self.in_start)
+
+    def held(self) -> set[str]:
+        return set(self.running) | {j.id for j in self.buffer} | self.in_start
+
+    def claim_size(self, *, primary: bool) -> tuple[int, bool] | None:
+        """What a fetcher should claim now: (how many, straight into Processing), or None.
+
+        Idle slots and nothing buffered for them: claim straight into Processing and start (one
+        write per job fewer). Otherwise the primary fetcher fills the buffer up to the lookahead.
+        The second fetcher only claims for idle slots while there is a backlog."""
+        idle = self.idle()
+        if idle > 0 and (primary or self.backlog):
+            return min(self.batch, idle), True
+        if not primary:
+            return None
+        queued = len(self.buffer) + self._claiming
+        want = min(self.batch, self.prefetch - queued)
+        if queued >= self.lookahead or want <= 0:
+            return None
+        return want, False
+
+    # ------------------------------------------------------------------ changes
+    def stop(self) -> None:
+        self.stopping = True
+        self.changes.notify()
+
+    @contextlib.contextmanager
+    def claiming(self, want: int, *, start: bool) -> Iterator[None]:
+        """Hold ``want`` slots (``start``) or buffer places for a claim in flight."""
+        if start:
+            self._starting += want
+        else:
+            self._claiming += want
+        try:
+            yield
+        finally:
+            # What the claim held but did not fill is free again: a starter or the other fetcher
+            # may be waiting on it.
+            if start:
+                self._starting -= want
+            else:
+                self._claiming -= want
+            self.changes.notify()
+
+    def claimed(self, got: int, want: int) -> None:
+        self.backlog = got == want
+        if self.backlog:
+            self.changes.notify()  # the second fetcher waits for one
+
+    def add_buffered(self, jobs: Iterable[JobRecord]) -> None:
+        self.buffer.extend(jobs)
+        self.changes.notify()
+
+    def take_buffer(self) -> list[JobRecord]:
+        pending = list(self.buffer)
+        self.buffer.clear()
+        self.changes.notify()
+        return pending
+
+    async def jobs_to_start(self) -> list[JobRecord]:
+        """Wait for a free slot and a buffered job, then take as many as there are slots for;
+        [] once stopping. The caller ends the start with :meth:`start_ended`."""
+        await self.changes.until(lambda: self.stopping or (bool(self.buffer) and self.free() > 0))
+        if self.stopping:
+            return []
+        batch = [self.buffer.popleft() for _ in range(min(self.free(), len(self.buffer)))]
+        self._starting += len(batch)
+        self.in_start.update(j.id for j in batch)
+        self.changes.notify()  # the buffer has room
+        return batch
+
+    def requeue(self, batch: list[JobRecord]) -> None:
+        """A start that failed: its jobs go back to the front of the buffer."""
+        self.buffer.extendleft(reversed(batch))
+        self.changes.notify()
+
+    def start_ended(self, batch: list[JobRecord]) -> None:
+        self.in_start.difference_update(j.id for j in batch)
+        self._starting -= len(batch)
+        self.changes.notify()  # the other starter may have been waiting on these slots
+
+    def launched(self, run: Running) -> None:
+        self.running[run.record.id] = run
+        self.executing.add(run.record.id)
+
+    def handler_ended(self, job_id: str) -> None:
+        self.executing.discard(job_id)
+        self.changes.notify()
+
+    def finished(self, job_ids: Iterable[str]) -> None:
+        """Outcomes recorded (or left to the sweep): the jobs are no longer held."""
+        for job_id in job_ids:
+            self.running.pop(job_id, None)
+        self.changes.notify()

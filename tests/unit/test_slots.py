@@ -1,0 +1,86 @@
+"""Slots: what a worker may claim or start, and the waits the fetch and start loops use."""
+
+from __future__ import annotations
+
+import asyncio
+
+from chokaq.domain.models import JobRecord
+from chokaq.domain.states import Location
+from chokaq.runtime.changes import Changes
+from chokaq.runtime.handlers import JobContext
+from chokaq.runtime.running import Running
+from chokaq.runtime.slots import Slots
+
+
+def job(n: int) -> JobRecord:
+    return JobRecord(
+        id=f"j{n}", location=Location.HOT, queue="default", type="t", payload="{}", tags=None,
+        attempt_count=1, worker_id="w", created_by=None, last_modified_by=None, created_at_utc=None,
+    )  # fmt: skip
+
+
+def running(rec: JobRecord) -> Running:
+    ctx = JobContext(job_id=rec.id, attempt=1, queue=rec.queue, type=rec.type, worker_id="w")
+    return Running(record=rec, lease=rec.lease, ctx=ctx)
+
+
+def slots(concurrency: int = 2, prefetch: int = 4, batch: int = 2) -> Slots:
+    return Slots(Changes(), concurrency=concurrency, prefetch=prefetch, batch=batch)
+
+
+def test_idle_slots_are_claimed_straight_into_processing_by_either_fetcher_only_with_a_backlog() -> None:
+    s = slots()
+    assert s.claim_size(primary=True) == (2, True)
+    assert s.claim_size(primary=False) is None  # no backlog: the second fetcher waits
+    s.claimed(2, 2)
+    assert s.backlog and s.claim_size(primary=False) == (2, True)
+
+
+def test_with_every_slot_taken_the_primary_fills_the_buffer_up_to_the_lookahead() -> None:
+    s = slots()
+    for n in range(2):
+        s.launched(running(job(n)))
+    assert s.free() == 0 and s.claim_size(primary=False) is None
+    assert s.claim_size(primary=True) == (2, False)
+    with s.claiming(2, start=False):
+        assert s.claim_size(primary=True) is None  # lookahead (2) reached by the claim in flight
+    s.add_buffered([job(2), job(3)])
+    assert s.claim_size(primary=True) is None and s.busy
+
+
+def test_started_and_unwritten_jobs_are_bounded_by_concurrency_plus_prefetch() -> None:
+    s = slots(concurrency=2, prefetch=2)
+    for n in range(4):
+        s.launched(running(job(n)))
+        s.handler_ended(f"j{n}")  # handler returned; its outcome is not written yet
+    assert s.free() == 0  # 4 held = Concurrency + Prefetch
+    s.finished(["j0"])
+    assert s.free() == 1
+
+
+def test_a_starter_waits_for_a_slot_and_a_job_then_takes_what_fits() -> None:
+    async def scenario() -> tuple[bool, list[str], set[str]]:
+        s = slots(concurrency=1)
+        s.launched(running(job(0)))
+        s.add_buffered([job(1), job(2)])
+        task = asyncio.create_task(s.jobs_to_start())
+        await asyncio.sleep(0)
+        waited = not task.done()  # no free slot yet
+        s.handler_ended("j0")
+        s.finished(["j0"])
+        batch = await task
+        return waited, [j.id for j in batch], s.in_start
+
+    waited, batch, in_start = asyncio.run(scenario())
+    assert waited and batch == ["j1"] and in_start == {"j1"}
+
+
+def test_stopping_ends_every_wait_with_nothing_to_start() -> None:
+    async def scenario() -> list[JobRecord]:
+        s = slots()
+        task = asyncio.create_task(s.jobs_to_start())
+        await asyncio.sleep(0)
+        s.stop()
+        return await task
+
+    assert asyncio.run(scenario()) == []
