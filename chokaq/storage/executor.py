@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -34,12 +35,13 @@ class _Link:
     """One thread's connection: the detached SQLAlchemy connection (which closes the driver's when
     closed) and the driver connection itself."""
 
-    __slots__ = ("owner", "pid", "raw")
+    __slots__ = ("born", "owner", "pid", "raw")
 
     def __init__(self, owner: Connection) -> None:
         self.owner = owner
         self.raw: Any = owner.connection.dbapi_connection
         self.pid = os.getpid()
+        self.born = time.monotonic()
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # already broken: nothing left to close cleanly
@@ -62,7 +64,10 @@ class Executor:
     """Runs pre-rendered statements on per-thread driver connections. Thread-safe."""
 
     def __init__(self, engine: Engine, schema_translate_map: Mapping[str | None, str | None] | None = None) -> None:
-        self.engine = engine
+        # A pool of its own over the engine's creator and connect-time set-up (as the SQL Server
+        # autocommit twin is made): every link is a fresh connection, never one that went stale
+        # in the shared pool, and the shared pool's count is left alone.
+        self.engine = Engine(engine.pool.recreate(), engine.dialect, engine.url)
         self.dialect = engine.dialect
         self._map = schema_translate_map
         self._pg = self.dialect.name == "postgresql"
@@ -71,6 +76,10 @@ class Executor:
         self._local = threading.local()
         self._links: list[_Link] = []
         self._lock = threading.Lock()
+        # When a connection last broke: links older than that are replaced before their next use,
+        # as SQLAlchemy's pool recycles every connection older than a disconnect it saw (a broken
+        # link usually means the server restarted or failed over, and the others broke too).
+        self._invalidated_at = float("-inf")
 
     # ----------------------------------------------------------------- statements
     def rendered(self, stmt: Any, params: Mapping[str, Any]) -> Rendered:
@@ -140,6 +149,8 @@ class Executor:
     def _wrapped(self, exc: Any, link: _Link, cursor: Any, sql: str, values: Any) -> Exception:
         """The error as SQLAlchemy raises it; a connection that broke is dropped."""
         invalidated = bool(self.dialect.is_disconnect(exc, link.raw, cursor))
+        if invalidated:
+            self._invalidated_at = time.monotonic()
         if invalidated or bool(getattr(link.raw, "closed", False)) or bool(getattr(link.raw, "broken", False)):
             self._drop(link)
         wrapped: Exception = DBAPIError.instance(
@@ -153,10 +164,16 @@ class Executor:
         return wrapped
 
     # ----------------------------------------------------------------- connections
+    def connect(self) -> None:
+        """Open this thread's connection now rather than at its first statement."""
+        self._link()
+
     def _link(self) -> _Link:
         link: _Link | None = getattr(self._local, "link", None)
         if link is not None and link.pid == os.getpid():
-            return link
+            if link.born > self._invalidated_at:
+                return link
+            self._drop(link)
         # Connect through the engine: connect errors are raised and classified as before, and the
         # pool's connect-time set-up runs. Detached, the connection no longer counts in the pool.
         owner = self.engine.connect()
@@ -191,3 +208,4 @@ class Executor:
             if link.pid == os.getpid():
                 link.close()
         self._local = threading.local()
+        self.engine.dispose()

@@ -33,6 +33,8 @@ def mssql(recorder: Recorder) -> Iterator[Storage]:
             pass  # and the autocommit pool's connection its once-per-connection SET LOCK_TIMEOUT
         # Put in autocommit once, when it was made, never per statement.
         assert [c.value for c in recorder.calls if c.kind == "autocommit"] == [True]
+    s.tx.executor.connect()  # and this thread's hot-path connection (storage/executor.py), the same way
+    assert [c.value for c in recorder.calls if c.kind == "autocommit"] == [True, True]
     assert s.engine.dialect.server_version_info[:1] == (16,)
     recorder.clear()
     try:

@@ -48,10 +48,6 @@ def only_statement(recorder: Recorder) -> Call:
 
 def test_the_executor_hands_pyodbc_what_sqlalchemy_hands_it(mssql: Storage, recorder: Recorder) -> None:
     assert mssql.tx.autocommit is not None
-    mssql.heartbeat("w", LEASES)  # the executor's connection for this thread (detached from the pool)
-    with mssql.tx.autocommit.connect():
-        pass  # and a pooled one again, its SET LOCK_TIMEOUT sent
-    recorder.clear()
     for name, stmt, params in hot_statements():
         with mssql.tx.autocommit.connect() as conn:
             conn.execute(stmt, params)
@@ -67,8 +63,8 @@ def test_the_executor_hands_pyodbc_what_sqlalchemy_hands_it(mssql: Storage, reco
 def test_each_hot_operation_is_one_statement_on_an_autocommit_connection(mssql: Storage, recorder: Recorder) -> None:
     pin_limited_queues(mssql)
     mssql.heartbeat("w", LEASES)
-    # The executor took the twin pool's connection, already in autocommit since it was made (see
-    # the fixture): no new connection, no switch, one statement.
+    # The executor's connection was opened (and put in autocommit) once, in the fixture: no new
+    # connection, no switch, one statement.
     assert not [c for c in recorder.calls if c.kind == "connect"]
     assert_one_statement(recorder, "heartbeat")
     recorder.answer(r"^WITH c AS", [row(HOT, "01A", AttemptCount=1, Status=2)], columns(HOT))

@@ -227,19 +227,51 @@ def test_a_parameter_passed_once_must_be_passed_every_time(storage: Storage) -> 
         rendered.bind({k: v for k, v in fence.items() if k != "fence_worker"})
 
 
-def test_a_pooled_connection_that_died_in_the_pool_is_replaced_on_first_use(
+def test_the_executor_never_takes_a_connection_that_went_stale_in_the_shared_pool(
     pg_storage: Storage, caplog: pytest.LogCaptureFixture
 ) -> None:
     first, other = pg_storage.engine.connect(), pg_storage.engine.connect()
     pid = first.execute(select(func.pg_backend_pid())).scalar_one()
-    first.close()  # back in the pool (first in line: the pool hands out in order)
+    first.close()  # back in the shared pool, dead from the next line on
     other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
     other.commit()
     other.close()
     found: list[set[str]] = []
-    # A new thread's first link comes from the pool: possibly the dead connection.
     thread = threading.Thread(target=lambda: found.append(pg_storage.heartbeat("w", [Lease("01A", "w", 1)])))
     thread.start()
     thread.join()
     assert found == [set()]
-    assert "transient database error in heartbeat" in caplog.text  # it was the dead one, replayed
+    # A fresh connection of the executor's own: no failed attempt, nothing to replay.
+    assert "transient database error" not in caplog.text
+
+
+def test_a_broken_connection_retires_every_older_one_as_the_pool_would(pg_storage: Storage) -> None:
+    """A connection that breaks usually means the server restarted or failed over: the other threads'
+    connections are replaced before their next statement, not each found broken by a write."""
+    pids: dict[str, list[int]] = {"a": [], "b": []}
+    go = {name: threading.Event() for name in ("a", "b")}
+    done = {name: threading.Event() for name in ("a", "b")}
+
+    def thread(name: str) -> None:
+        for _ in range(2):
+            go[name].wait()
+            go[name].clear()
+            pids[name].append(backend_pid(pg_storage))
+            done[name].set()
+
+    threads = [threading.Thread(target=thread, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for name in ("a", "b"):
+        go[name].set()
+        done[name].wait()
+        done[name].clear()
+    with pg_storage.engine.connect() as c:
+        c.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pids["a"][0]})
+        c.commit()
+    for name in ("a", "b"):  # a finds its connection broken and replays; b's is retired unused
+        go[name].set()
+        done[name].wait()
+    for t in threads:
+        t.join()
+    assert pids["a"][1] != pids["a"][0] and pids["b"][1] != pids["b"][0]
