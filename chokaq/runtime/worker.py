@@ -34,6 +34,7 @@ from chokaq.domain.states import FailureReason
 from chokaq.runtime import outcomes
 from chokaq.runtime.changes import Changes
 from chokaq.runtime.completer import Completer
+from chokaq.runtime.deadlines import Deadlines
 from chokaq.runtime.handlers import CANCEL_SHUTDOWN, CANCEL_TIMEOUT, CancelReason, Handler, JobContext
 from chokaq.runtime.health import write_health_forever
 from chokaq.runtime.heartbeat import Heartbeat
@@ -127,6 +128,7 @@ class Worker:
             abandoned=lambda finished: self._done(finished, left=True),
             conflict=self._conflict,
         )
+        self.deadlines = Deadlines(lambda run: self._cancel(run, CANCEL_TIMEOUT))
         self.failure: str | None = None  # why a helper task's death stopped the worker
 
     # ------------------------------------------------------------------ plumbing
@@ -485,6 +487,7 @@ class Worker:
         ins = instruments()
         # Looked up once per batch: asking OpenTelemetry for its provider is not free.
         traced = tracing_active()
+        watched: dict[float, list[Running]] = {}  # by timeout: one deadline each for this batch
         for rec in started:
             if rec.id in self.slots.running:
                 # Never a second run of one job here (a reconcile and a replayed start both
@@ -502,7 +505,12 @@ class Worker:
             run = Running(record=rec, lease=rec.lease, ctx=ctx, traced=traced)
             self.slots.launched(run)
             self.counts.started += 1
-            run.task = asyncio.create_task(self._execute(run), name=f"chokaq-job-{rec.id}")
+            watched.setdefault(self._timeout_for(rec.type), []).append(run)
+            # Unnamed: a name is a string built per job that only a debugger would read.
+            run.task = asyncio.create_task(self._execute(run))
+        assert self._loop is not None
+        for timeout, runs in watched.items():
+            self.deadlines.watch(self._loop, runs, timeout)
         self._active()
 
     # ------------------------------------------------------------------ execute
@@ -550,26 +558,20 @@ class Worker:
                     span.set_attribute("chokaq.timeout", True)
                 span.set_attribute("chokaq.outcome", outcome.kind)
         instruments().processing_duration.record(outcome.duration_ms, {"queue": rec.queue, "type": rec.type})
+        self.deadlines.ended(run)
         self.slots.handler_ended(rec.id)
         self.completer.put(outcome)
 
     async def _call(self, handler: Handler, run: Running) -> None:
         payload = handler.parse_payload(run.record.payload)
         args: tuple[Any, ...] = (payload, run.ctx) if handler.wants_ctx else (payload,)
-        timeout = handler.timeout or self.settings.execution.default_timeout
+        # Its deadline (deadlines.py) cancels the task; a thread cannot be killed, so cooperative
+        # plain handlers see ctx.cancelled and stop.
         if handler.is_async:
-            aw: Any = handler.fn(*args)
+            await handler.fn(*args)
         else:
             run.thread = self._job_pool.submit(contextvars.copy_context().run, handler.fn, *args)
-            aw = asyncio.wrap_future(run.thread)
-        # One timer handle per job: cheaper than asyncio.timeout's context manager, and the same
-        # effect. A thread cannot be killed; cooperative handlers see ctx.cancelled and stop.
-        assert self._loop is not None
-        timer = self._loop.call_later(timeout, self._cancel, run, CANCEL_TIMEOUT)
-        try:
-            await aw
-        finally:
-            timer.cancel()
+            await asyncio.wrap_future(run.thread)
 
     def _timeout_for(self, job_type: str) -> float:
         handler = self.app.handlers.get(job_type)
