@@ -15,6 +15,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 
+from chokaq.runtime.changes import Changes
 from chokaq.runtime.dbcall import DbCall
 from chokaq.runtime.events import bus
 from chokaq.runtime.outage import Outage, backoff
@@ -56,19 +57,20 @@ class Completer:
         self._conflict = conflict
         self._retry_delay = retry_delay
         self._retryable = retryable
-        # Binds to the running loop on first use (Python >= 3.10), not here.
-        self._queue: asyncio.Queue[Outcome] = asyncio.Queue()
+        # Outcomes not yet taken for writing: a plain list, handed over whole (cheaper per job
+        # than an asyncio.Queue's put and get).
+        self._pending: list[Outcome] = []
+        self._arrived = Changes()
 
     def put(self, outcome: Outcome) -> None:
-        self._queue.put_nowait(outcome)
+        self._pending.append(outcome)
+        self._arrived.notify()
 
     async def run(self) -> None:
         """Take every outcome waiting, record them as one batch, repeat."""
         while True:
-            first = await self._queue.get()
-            batch = [first]
-            while not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+            await self._arrived.until(lambda: bool(self._pending))
+            batch, self._pending = self._pending, []
             await self.record(batch)
 
     async def record(self, batch: list[Outcome]) -> None:
