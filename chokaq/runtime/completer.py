@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from chokaq.runtime.changes import Changes
 from chokaq.runtime.dbcall import DbCall
@@ -110,10 +111,12 @@ class Completer:
             self.storage.complete, self.worker_id, [Completion(o.lease, o.duration_ms) for o in successes]
         )
         archived: Counter[tuple[str, str]] = Counter()
+        events: list[dict[str, Any]] = []  # the bus's event data
         for o in successes:
             if o.record.id in done:
                 archived[(o.record.queue, o.record.type)] += 1
-                bus.publish("job.archived", id=o.record.id, queue=o.record.queue, type=o.record.type)
+                events.append({"id": o.record.id, "queue": o.record.queue, "type": o.record.type})
+        bus.publish_many("job.archived", events)  # one hand-off for the batch, one event per job
         for (queue, type_), n in archived.items():
             ins.completed.add(n, {"queue": queue, "type": type_})
         self.counts.succeeded += len(done)

@@ -41,6 +41,22 @@ class EventBus:
                 self.unsubscribe(queue)  # its loop is closed
         return event
 
+    def publish_many(self, kind: str, items: list[dict[str, Any]]) -> None:
+        """Events of one kind at once (one lock, one hand-off per subscriber instead of one per
+        event): subscribers see the same events, in the same order, as from a publish each."""
+        if not items:
+            return
+        at = time.time()
+        events = [Event(kind, data, at) for data in items]
+        with self._lock:
+            self.recent.extend(events)
+            subs = list(self._subs)
+        for loop, queue in subs:
+            try:
+                loop.call_soon_threadsafe(_offer_all, queue, events)
+            except RuntimeError:
+                self.unsubscribe(queue)  # its loop is closed
+
     def subscribe(self, maxsize: int = 1000) -> asyncio.Queue[Event]:
         queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=maxsize)
         with self._lock:
@@ -56,6 +72,11 @@ def _offer(queue: asyncio.Queue[Event], event: Event) -> None:
     if queue.full():  # a slow client loses the oldest hints, never blocks the publisher
         queue.get_nowait()
     queue.put_nowait(event)
+
+
+def _offer_all(queue: asyncio.Queue[Event], events: list[Event]) -> None:
+    for event in events:
+        _offer(queue, event)
 
 
 bus = EventBus()
