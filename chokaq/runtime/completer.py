@@ -111,7 +111,7 @@ class Completer:
             self.storage.complete, self.worker_id, [Completion(o.lease, o.duration_ms) for o in successes]
         )
         archived: Counter[tuple[str, str]] = Counter()
-        events: list[dict[str, Any]] = []  # the bus's event data
+        events: list[dict[str, Any]] = []  # the bus's event data (id, queue, type)
         for o in successes:
             if o.record.id in done:
                 archived[(o.record.queue, o.record.type)] += 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from chokaq.domain.models import JobRecord, Lease
 from chokaq.runtime.handlers import JobContext
@@ -21,6 +21,6 @@ class Running:
     lease: Lease
     ctx: JobContext
     task: asyncio.Task[None] | None = None
-    thread: Future[Any] | None = None  # a plain function's result (whatever the handler returns)
+    thread: Future[object] | None = None  # a plain function's run (its result is not used)
     traced: bool = False
     deadline: Deadline | None = None  # set while its handler runs (see deadlines.py)

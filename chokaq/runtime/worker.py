@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from chokaq.domain.models import JobRecord
 from chokaq.domain.states import FailureReason
@@ -564,7 +564,7 @@ class Worker:
 
     async def _call(self, handler: Handler, run: Running) -> None:
         payload = handler.parse_payload(run.record.payload)
-        args: tuple[Any, ...] = (payload, run.ctx) if handler.wants_ctx else (payload,)
+        args: tuple[object, ...] = (payload, run.ctx) if handler.wants_ctx else (payload,)
         # Its deadline (deadlines.py) cancels the task; a thread cannot be killed, so cooperative
         # plain handlers see ctx.cancelled and stop.
         if handler.is_async:
