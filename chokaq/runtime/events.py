@@ -31,23 +31,17 @@ class EventBus:
 
     def publish(self, kind: str, **data: Any) -> Event:
         event = Event(kind, data)
-        with self._lock:
-            self.recent.append(event)
-            subs = list(self._subs)
-        for loop, queue in subs:
-            try:
-                loop.call_soon_threadsafe(_offer, queue, event)
-            except RuntimeError:
-                self.unsubscribe(queue)  # its loop is closed
+        self._deliver([event])
         return event
 
     def publish_many(self, kind: str, items: list[dict[str, Any]]) -> None:
         """Events of one kind at once (one lock, one hand-off per subscriber instead of one per
         event): subscribers see the same events, in the same order, as from a publish each."""
-        if not items:
-            return
-        at = time.time()
-        events = [Event(kind, data, at) for data in items]
+        if items:
+            at = time.time()
+            self._deliver([Event(kind, data, at) for data in items])
+
+    def _deliver(self, events: list[Event]) -> None:
         with self._lock:
             self.recent.extend(events)
             subs = list(self._subs)
