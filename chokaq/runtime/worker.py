@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from chokaq.domain.models import JobRecord
 from chokaq.domain.states import FailureReason
-from chokaq.runtime import outcomes
+from chokaq.runtime import changes, outcomes
 from chokaq.runtime.changes import Changes
 from chokaq.runtime.completer import Completer
 from chokaq.runtime.deadlines import Deadlines
@@ -82,18 +82,16 @@ class Worker:
         self.with_sweep = with_sweep
         self.counts = WorkerStats()
         self.outage = Outage(self.settings.storage.outage_tolerance, ex.health_file, self.id)
-        # Every change the fetch and start loops may wait for is announced here.
-        self.changes = Changes()
         self.slots = Slots(
-            self.changes,
             concurrency=self.concurrency,
             prefetch=self.prefetch,
             batch=min(ex.fetch_batch_size, self.prefetch),
         )
         self.reconciler = Reconciler(
-            self.storage, self.id, self.outage, self.slots, self.changes, db=self._db, adopted=self._active
+            self.storage, self.id, self.outage, self.slots, db=self._db, adopted=self._active
         )
         self._woken = False  # NOTIFY arrived or wake() was called: the primary fetcher claims now
+        self._wakes = Changes()  # _woken was set, or the worker is stopping
         self._loop: asyncio.AbstractEventLoop | None = None
         # Enough threads that a heartbeat or an outcome never queues behind fetches and starts
         # stuck on a hung connection (until its timeout ends it).
@@ -145,7 +143,7 @@ class Worker:
     def _poke(self) -> None:
         """Wake the fetcher (new jobs were announced)."""
         self._woken = True
-        self.changes.notify()
+        self._wakes.notify()
 
     def _active(self) -> None:
         self._last_active = time.monotonic()
@@ -228,7 +226,10 @@ class Worker:
     def _begin_stop(self) -> None:
         if not self.slots.stopping:
             log.info("worker %s stopping: no more fetches", self.id)
-        self.slots.stop()  # every wait in the fetch and start loops ends
+        # Every wait in the fetch and start loops, and every backoff sleep, ends.
+        self.slots.stop()
+        self._wakes.notify()
+        self.reconciler.changes.notify()
 
     # ------------------------------------------------------------------ lifecycle
     def run(self, *, install_signals: bool = True) -> None:
@@ -360,7 +361,7 @@ class Worker:
         if self.slots.stopping:
             await asyncio.sleep(0)
             return
-        await self.changes.until(lambda: self.slots.stopping, timeout=seconds)
+        await changes.until(lambda: self.slots.stopping, self._wakes, timeout=seconds)
 
     async def _probe(self) -> None:
         """Past the outage budget: one ping, then a backoff wait. A success resumes claiming."""
@@ -416,7 +417,7 @@ class Worker:
                 self._active()
             elif primary and jobs is not None:
                 # Nothing due: sleep until the poll interval passes or a NOTIFY/stop wakes us.
-                await self.changes.until(lambda: self._woken or slots.stopping, timeout=self._poll_interval())
+                await self._wakes.until(lambda: self._woken or slots.stopping, timeout=self._poll_interval())
 
     async def _claim_size(self, *, primary: bool) -> tuple[int, bool] | None:
         """Wait until this fetcher has something to claim (see Slots.claim_size), a reconcile is
@@ -428,7 +429,8 @@ class Worker:
             size = self.slots.claim_size(primary=primary)
             return size is not None or self.slots.stopping or self.reconciler.due
 
-        await self.changes.until(ready)
+        slots = self.slots
+        await changes.until(ready, slots.slot, slots.room, self.reconciler.changes)
         return size
 
     async def _claim(self, want: int, *, start_now: bool) -> list[JobRecord] | None:
@@ -663,7 +665,7 @@ class Worker:
 
         # Re-checked on every change, and at least twice a second for the clock and the outage.
         while self.slots.running and (time.monotonic() < deadline or riding_out()):
-            await self.changes.until(lambda: not self.slots.running, timeout=0.5)
+            await self.slots.slot.until(lambda: not self.slots.running, timeout=0.5)
 
 
 class _Rejected(Exception):
