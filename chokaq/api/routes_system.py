@@ -1,4 +1,4 @@
-"""Health, stats, meta, audit and archive retention."""
+"""Health, stats, audit and archive retention (GET /api/meta is in routes_meta)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,7 @@ from chokaq.api.models import (
     ArchivePurgeOut,
     AuditOut,
     AuditPageOut,
-    HandlerOut,
     HealthOut,
-    MetaOut,
     QueueStatsOut,
     StatsOut,
     Text,
@@ -62,15 +60,6 @@ def stats(request: Request, who: Viewer) -> StatsOut:
                                                     s.oldest_pending_lag_seconds)
     top = [TopErrorOut(**{**e, "last_failed_utc": iso(e["last_failed_utc"])}) for e in store.top_errors()]
     return StatsOut(queues=queues, totals=totals, rates=store.recent_rates(), top_errors=top)
-
-
-@router.get("/meta", response_model=MetaOut, tags=["system"], responses=ERRORS)
-def meta(request: Request, who: Viewer) -> MetaOut:
-    """The caller's role and the registered handlers (the Deck hides what the role cannot do)."""
-    app = chokaq_app(request)
-    handlers = [HandlerOut(type=h.name, queue=h.queue, payload_schema=h.payload_schema())
-                for h in sorted(app.handlers.values(), key=lambda h: h.name)]
-    return MetaOut(role=who.role, actor=who.name, handlers=handlers, dev_open=bool(request.app.state.dev_open))
 
 
 @router.get("/audit", response_model=AuditPageOut, tags=["system"], responses=ERRORS)

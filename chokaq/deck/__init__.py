@@ -7,6 +7,7 @@ that caller do; it merely hides the buttons a role may not use.
 
 from __future__ import annotations
 
+import mimetypes
 import os
 from pathlib import Path
 
@@ -15,6 +16,11 @@ from fastapi.staticfiles import StaticFiles
 
 STATIC_DIR = Path(__file__).parent / "static"
 MOUNT_PATH = "/deck"
+
+# The Deck is ES modules, which browsers run only when served with a JavaScript MIME type. Python
+# guesses a type from the platform's tables first (the Windows registry, /etc/mime.types), and
+# some map .js to text/plain: say it here so the Deck loads wherever the API runs.
+mimetypes.add_type("text/javascript", ".js")
 
 
 class DeckFiles(StaticFiles):

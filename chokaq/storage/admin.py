@@ -5,22 +5,24 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import Connection, Select, Table, and_, delete, func, insert, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain import limits
 from chokaq.domain.errors import ConflictError, JobValidationError, NotFoundError
-from chokaq.domain.models import JobRecord
+from chokaq.domain.models import JobRecord, QueueInfo
 from chokaq.domain.states import FailureReason, JobStatus, Location
+from chokaq.storage.queues import UNSET, Override
 from chokaq.storage.records import archive_record, dlq_record, hot_record
 from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot
 from chokaq.storage.sqlfuncs import row_lock, seconds, utc_offset, utcnow
-from chokaq.storage.store import PENDING, Storage, status_is
+from chokaq.storage.statements import FAILED, PENDING, status_is
+from chokaq.storage.store import Storage
 
 # Sort keys a client may name, per table. Anything else is refused before SQL is built.
 SORTS: dict[Location, dict[str, str]] = {
@@ -59,6 +61,18 @@ TIME_COLUMN = {Location.HOT: "CreatedAtUtc", Location.ARCHIVE: "FinishedAtUtc", 
 TABLES: dict[Location, Table] = {Location.HOT: jobs_hot, Location.ARCHIVE: jobs_archive, Location.DLQ: jobs_dlq}
 MAPPERS = {Location.HOT: hot_record, Location.ARCHIVE: archive_record, Location.DLQ: dlq_record}
 SAMPLE_IDS = 20
+
+# A bulk action's move: the ids it moved (or deleted) among the DLQ rows ``where`` matches.
+Mover = Callable[[Connection, ColumnElement[bool]], list[str]]
+
+
+def _dlq_shape(reason: FailureReason, details: str | None, actor: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """What a job an operator moves gets on its way into the DLQ (see :meth:`Storage.move_rows`)."""
+
+    def shape(r: dict[str, Any]) -> dict[str, Any]:
+        return {"FailureReason": int(reason), "ErrorDetails": details, "LastModifiedBy": actor}
+
+    return shape
 
 
 @dataclass(frozen=True)
@@ -359,7 +373,7 @@ class AdminStore:
             changes["force"] = True
         return changes
 
-    def _raise_missing(self, c: Connection, job_id: str, expected: Location) -> Any:
+    def _raise_missing(self, c: Connection, job_id: str, expected: Location) -> NoReturn:
         for loc, t in TABLES.items():
             if loc is not expected and c.execute(select(t.c.Id).where(t.c.Id == job_id)).first() is not None:
                 raise ConflictError(f"job {job_id} is in {loc.value}, not {expected.value}")
@@ -387,7 +401,7 @@ class AdminStore:
         rows = self.s.move_rows(
             c, jobs_dlq, where, jobs_hot, shape, {"ScheduledAtUtc": utcnow(), "LastUpdatedUtc": utcnow()}
         )
-        self.s.bump_stats(c, "FailedTotal", Counter(r["Queue"] for r in rows), sign=-1)
+        self.s.bump_stats(c, FAILED, Counter(r["Queue"] for r in rows), sign=-1)
         for q in {r["Queue"] for r in rows}:
             self.s.ensure_queue(c, q)
         return rows
@@ -407,7 +421,7 @@ class AdminStore:
             if edit is not None:
                 details.update(self._diff(dlq_record(before), edit))
             self.audit(c, actor, "dlq.resurrect", [job_id], details)
-            Storage._notify(c, rows[0]["Queue"])
+            self.s.notify(c, rows[0]["Queue"])
             return hot_record(c.execute(select(jobs_hot).where(jobs_hot.c.Id == job_id)).one())
 
         record = self.s.write(work, op="resurrect")
@@ -434,18 +448,16 @@ class AdminStore:
         snap = _snapshot_text(newest[0], newest[1]) if newest is not None and newest[0] is not None else None
         return int(total), [r[0] for r in c.execute(q).all()], snap
 
-    def _bulk(
-        self,
-        action: str,
+    @staticmethod
+    def _bulk_scope(
         ids: Sequence[str] | None,
         f: JobFilter | None,
         max_jobs: int,
-        actor: Actor,
         dry_run: bool,
-        mover: Any,
-        expected_count: int | None = None,
-        snapshot: str | None = None,
-    ) -> BulkResult:
+        expected_count: int | None,
+        snapshot: str | None,
+    ) -> tuple[list[str] | None, int, tuple[datetime, str] | None]:
+        """Refuse a malformed bulk request; else ``(ids without repeats, max_jobs, preview bound)``."""
         if (ids is None) == (f is None):
             raise JobValidationError("give either ids or a filter")
         bound = parse_snapshot(snapshot) if snapshot is not None else None
@@ -456,34 +468,60 @@ class AdminStore:
         if ids is not None:
             if len(ids) > limits.MAX_BULK_IDS:
                 raise JobValidationError(f"at most {limits.MAX_BULK_IDS} ids per request")
-            ids = list(dict.fromkeys(ids))
-        if ids is not None:
-            max_jobs = limits.MAX_BULK_IDS  # the cap applies to filters; ids are capped above
-        elif not 1 <= max_jobs <= limits.MAX_BULK_IDS:
+            # The cap applies to filters; ids are capped above.
+            return list(dict.fromkeys(ids)), limits.MAX_BULK_IDS, bound
+        if not 1 <= max_jobs <= limits.MAX_BULK_IDS:
             raise JobValidationError(f"max_jobs must be 1..{limits.MAX_BULK_IDS}")
+        return None, max_jobs, bound
+
+    def _bulk_chosen(
+        self,
+        c: Connection,
+        ids: list[str] | None,
+        f: JobFilter | None,
+        max_jobs: int,
+        bound: tuple[datetime, str] | None,
+        confirmed: int | None,
+    ) -> tuple[int, list[str], list[ColumnElement[bool]], str | None]:
+        """``(matched, chosen ids, the filter's conditions, snapshot)`` for a bulk action on the DLQ.
+        ``confirmed``: the count a preview showed, which the filter must not exceed now."""
+        if f is None:
+            assert ids is not None
+            chosen = [r[0] for r in c.execute(select(jobs_dlq.c.Id).where(jobs_dlq.c.Id.in_(ids))).all()]
+            return len(chosen), chosen, [], None
+        matched, chosen, snap = self._match_ids(c, f, max_jobs, Location.DLQ, bound)
+        if confirmed is not None and matched > confirmed:
+            raise ConflictError(f"{matched} dead jobs match the filter now, but {confirmed} were "
+                                "previewed and confirmed: nothing was changed; preview again")
+        return matched, chosen, self.where(Location.DLQ, f), snap
+
+    def _bulk(
+        self,
+        action: str,
+        ids: Sequence[str] | None,
+        f: JobFilter | None,
+        max_jobs: int,
+        actor: Actor,
+        dry_run: bool,
+        mover: Mover,
+        expected_count: int | None = None,
+        snapshot: str | None = None,
+    ) -> BulkResult:
+        unique, max_jobs, bound = self._bulk_scope(ids, f, max_jobs, dry_run, expected_count, snapshot)
 
         def work(c: Connection) -> BulkResult:
-            snap: str | None = None
-            if f is not None:
-                matched, chosen, snap = self._match_ids(c, f, max_jobs, Location.DLQ, bound)
-                where_extra = self.where(Location.DLQ, f)
-                if not dry_run and expected_count is not None and matched > expected_count:
-                    raise ConflictError(f"{matched} dead jobs match the filter now, but {expected_count} were "
-                                        "previewed and confirmed: nothing was changed; preview again")
-            else:
-                assert ids is not None
-                chosen = [r[0] for r in c.execute(select(jobs_dlq.c.Id).where(jobs_dlq.c.Id.in_(ids))).all()]
-                matched, where_extra = len(chosen), []
+            confirmed = None if dry_run else expected_count
+            matched, chosen, where_extra, snap = self._bulk_chosen(c, unique, f, max_jobs, bound, confirmed)
             if dry_run:
                 return BulkResult(matched, 0, chosen[:SAMPLE_IDS], dry_run=True, snapshot=snap)
             if not chosen:
-                return BulkResult(matched, 0, [], skipped_ids=list(ids or []))
+                return BulkResult(matched, 0, [], skipped_ids=list(unique or []))
             moved = mover(c, and_(jobs_dlq.c.Id.in_(chosen), *where_extra))
             moved_set = set(moved)
             details = {"filter": _filter_json(f), "expected_count": expected_count, "snapshot": snapshot} \
                 if f is not None else None
             self.audit(c, actor, action, moved, details)
-            skipped = [i for i in (ids or chosen) if i not in moved_set]
+            skipped = [i for i in (unique or chosen) if i not in moved_set]
             return BulkResult(matched, len(moved), moved[:SAMPLE_IDS], skipped_ids=skipped)
 
         result = self.s.write(work, op=action)
@@ -539,10 +577,10 @@ class AdminStore:
                 jobs_hot,
                 and_(jobs_hot.c.Id.in_(ids), status_is(jobs_hot.c.Status, PENDING)),
                 jobs_dlq,
-                Storage.dlq_shape(FailureReason.CANCELLED, f"Cancelled by {actor.name}", actor.name),
+                _dlq_shape(FailureReason.CANCELLED, f"Cancelled by {actor.name}", actor.name),
                 {"FailedAtUtc": utcnow()},
             )
-            self.s.bump_stats(c, "FailedTotal", Counter(r["Queue"] for r in rows))
+            self.s.bump_stats(c, FAILED, Counter(r["Queue"] for r in rows))
             moved = [r["Id"] for r in rows]
             if moved:
                 self.audit(c, actor, "job.cancel", moved)
@@ -552,7 +590,12 @@ class AdminStore:
         return self.s.write(work, op="cancel")
 
     def purge_archive(
-        self, older_than: datetime, actor: Actor, *, batch_size: int | None = None, progress: Any = None
+        self,
+        older_than: datetime,
+        actor: Actor,
+        *,
+        batch_size: int | None = None,
+        progress: Callable[[int], object] | None = None,
     ) -> int:
         """Delete archived jobs finished before ``older_than`` in bounded transactions, so retention
         never holds locks or log space for long."""
@@ -586,11 +629,22 @@ class AdminStore:
                 break
         return total
 
-    def queue_changed(self, name: str, actor: Actor, changes: dict[str, Any], **kw: Any) -> Any:
+    def queue_changed(
+        self,
+        name: str,
+        actor: Actor,
+        changes: dict[str, Any],
+        *,
+        paused: bool | None = None,
+        zombie_timeout_seconds: Override = UNSET,
+        max_workers: Override = UNSET,
+    ) -> QueueInfo:
         """Apply a queue change and its audit row in one transaction."""
 
-        def work(c: Connection) -> Any:
-            info = self.s.update_queue(name, conn=c, **kw)
+        def work(c: Connection) -> QueueInfo:
+            info = self.s.update_queue(
+                name, paused=paused, zombie_timeout_seconds=zombie_timeout_seconds, max_workers=max_workers, conn=c
+            )
             self.audit(c, actor, "queue.update", [], {"queue": name, **changes})
             return info
 

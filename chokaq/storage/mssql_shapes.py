@@ -1,7 +1,7 @@
 """Statement shapes that only SQL Server gets: the claim as an updatable CTE, fenced moves that join
 one lease rowset, and a move with its counter as one round trip.
 
-PostgreSQL and SQLite keep their own forms (in store.py); these exist because SQL Server's locking
+PostgreSQL and SQLite keep their own forms (in statements/); these exist because SQL Server's locking
 and its ODBC driver reward different shapes:
 
 - A claim whose lock hints sit on a second reference of JobsHot takes its key locks through two

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from sqlalchemy.engine import make_url
 
-from chokaq.storage.store import NOTIFY_CHANNEL
+from chokaq.storage.wakeups import NOTIFY_CHANNEL
 
 log = logging.getLogger("chokaq.notify")
 

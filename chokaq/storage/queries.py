@@ -12,9 +12,11 @@ from typing import Any
 
 from sqlalchemy.dialects import mssql, postgresql
 from sqlalchemy.engine import Dialect
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ClauseElement
 
 from chokaq.settings import ExecutionSettings, RecoverySettings, RetrySettings, StorageSettings
-from chokaq.storage import store
+from chokaq.storage import statements as st
 
 
 def _dialect(name: str) -> Dialect:
@@ -29,25 +31,25 @@ def _dialect(name: str) -> Dialect:
     raise ValueError(f"no queries script for {name!r}: use postgresql or mssql")
 
 
-def statements(dialect_name: str) -> list[tuple[str, str, Any]]:
+def statements(dialect_name: str) -> list[tuple[str, str, ClauseElement]]:
     """``(name, what it does, statement)`` in the order a job meets them."""
     batch = ExecutionSettings().fetch_batch_size
     ms = dialect_name == "mssql"
     groups = 0 if ms else 1
     recovery = RecoverySettings()
-    sweep = store.sweep_statements(
+    sweep = st.sweep_statements(
         recovery.fetched_job_timeout,
         recovery.processing_zombie_timeout,
         RetrySettings().max_attempts,
         StorageSettings().cleanup_batch_size,
     )
 
-    def claim(by_queue: bool, start: bool = False) -> Any:
+    def claim(by_queue: bool, start: bool = False) -> ClauseElement:
         if ms:
-            return store._mssql_claim_statement(2 if by_queue else 0, False, batch, start, start)
-        return store._claim_statement(by_queue, False, batch, start, start)
+            return st.mssql_claim_statement(2 if by_queue else 0, False, batch, start, start)
+        return st.claim_statement(by_queue, False, batch, start, start)
 
-    def move(m: store.MoveStatements) -> Any:
+    def move(m: st.MoveStatements) -> ClauseElement:
         return m.batch if ms else m.single
 
     return [
@@ -59,19 +61,19 @@ def statements(dialect_name: str) -> list[tuple[str, str, Any]]:
             claim(False, True),
         ),
         ("start", "Fetched -> Processing for the worker's own leases (fenced by worker and attempt)",
-         store._start_statement(groups, True)),
+         st.start_statement(groups, True)),
         ("heartbeat", "stamps HeartbeatUtc on the worker's running jobs (fenced)",
-         store._heartbeat_statement(groups)),
+         st.heartbeat_statement(groups)),
         ("complete", "Processing -> JobsArchive, and SucceededTotal, in one round trip (fenced)",
-         move(store._complete_statements(groups))),
+         move(st.complete_statements(groups))),
         ("fail", "Processing -> JobsDLQ, and FailedTotal, in one round trip (fenced)",
-         move(store._fail_statements(groups, True))),
+         move(st.fail_statements(groups, True))),
         ("retry", "Processing -> Pending, due after the retry delay (fenced); then counter_bump",
-         store._retry_statement(groups)),
+         st.retry_statement(groups)),
         ("counter_bump", "adds to one StatsSummary counter of a queue: always after the job rows",
-         store._bump_statement("RetriedTotal")),
+         st.bump_statement(st.RETRIED)),
         ("release", "Fetched -> Pending for leases a stopping worker will not start (fenced)",
-         store._release_statement(groups)),
+         st.release_statement(groups)),
         ("sweep_recover", "sweep: Fetched past Recovery.FetchedJobTimeout -> Pending, one batch", sweep.recover),
         ("sweep_retry", "sweep: expired heartbeats of ZombieRetry jobs -> Pending, one batch", sweep.retry),
         ("sweep_zombie_ids", "sweep: the ids of expired jobs bound for the DLQ, one batch", sweep.zombie_ids),
@@ -89,6 +91,7 @@ def render_queries(dialect_name: str) -> str:
     ]
     for name, what, stmt in statements(dialect_name):
         compiled = stmt.compile(dialect=dialect)
+        assert isinstance(compiled, SQLCompiler)  # a statement's compiler (DDL's has no binds)
         values = {k: b.value for k, b in compiled.binds.items()}
 
         def post(m: re.Match[str], values: dict[str, Any] = values) -> str:

@@ -28,8 +28,8 @@ def mssql(recorder: Recorder) -> Iterator[Storage]:
     s = Storage(MSSQL_URL, settings=StorageSettings(transient_retries=0))
     with s.engine.connect():
         pass  # the dialect's first connect runs its start-up queries
-    if s._autocommit is not None:
-        with s._autocommit.connect():
+    if s.tx.autocommit is not None:
+        with s.tx.autocommit.connect():
             pass  # and the autocommit pool's connection its once-per-connection SET LOCK_TIMEOUT
         # Put in autocommit once, when it was made, never per statement.
         assert [c.value for c in recorder.calls if c.kind == "autocommit"] == [True]

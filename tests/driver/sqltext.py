@@ -53,49 +53,64 @@ def _function_before(text: str, open_: int) -> str | None:
     return m.group(1)
 
 
+def _widen(text: str, start: int, end: int) -> tuple[int, int]:
+    """Widen a parameter's span over parentheses that only group: "((?))" is still the bare parameter."""
+    while True:
+        left = text[:start].rstrip()
+        right = text[end:].lstrip()
+        if not (left.endswith("(") and right.startswith(")")):
+            return start, end
+        open_ = len(left) - 1
+        if _function_before(text, open_) is not None:
+            return start, end
+        start, end = open_, _closer(text, open_) + 1
+
+
+def _enclosing_open(text: str, left: str) -> int:
+    """The index of the "(" whose argument list ``left`` (ending in "(" or ",") is inside, or -1."""
+    i = len(left) - 1
+    if left.endswith("("):
+        return i
+    depth = 0
+    while i >= 0:
+        if text[i] == ")":
+            depth += 1
+        elif text[i] == "(":
+            if depth == 0:
+                return i
+            depth -= 1
+        i -= 1
+    return i
+
+
+def _untyped_use(text: str, start: int, end: int) -> str | None:
+    """What makes the parameter at ``text[start:end]`` untyped, or None when it is typed or plain."""
+    left = text[:start].rstrip()
+    right = text[end:].lstrip()
+    if left.endswith("(") and _function_before(text, len(left) - 1) == "CAST" and right.upper().startswith("AS "):
+        return None
+    if (left and left[-1] in ARITHMETIC) or (right and right[0] in ARITHMETIC):
+        return "arithmetic"
+    # An argument: directly after "name(" or after a comma inside "name(...)".
+    if not (left.endswith("(") or left.endswith(",")):
+        return None
+    i = _enclosing_open(text, left)
+    name = _function_before(text, i) if i >= 0 else None
+    if name is not None and name.upper() != "CAST":
+        return f"argument of {name}"
+    return None
+
+
 def untyped_operands(sql: str) -> list[str]:
     """Each ``?`` that is an operand of arithmetic or an argument of a function (not CAST ... AS),
     described with the text around it."""
     text = _blank_strings(normalise(sql))
     found = []
     for m in re.finditer(r"\?", text):
-        start, end = m.start(), m.end()
-        # Widen over parentheses that only group: "((?))" is still the bare parameter.
-        while True:
-            left = text[:start].rstrip()
-            right = text[end:].lstrip()
-            if left.endswith("(") and right.startswith(")"):
-                open_ = len(left) - 1
-                if _function_before(text, open_) is not None:
-                    break
-                start, end = open_, _closer(text, open_) + 1
-                continue
-            break
-        left = text[:start].rstrip()
-        right = text[end:].lstrip()
-        where = sql[max(0, m.start() - 60) : m.end() + 40].replace("\n", " ")
-        if left.endswith("(") and _function_before(text, len(left) - 1) == "CAST" and right.upper().startswith("AS "):
-            continue
-        if (left and left[-1] in ARITHMETIC) or (right and right[0] in ARITHMETIC):
-            found.append(f"arithmetic: ...{where}...")
-            continue
-        # An argument: directly after "name(" or after a comma inside "name(...)".
-        if left.endswith("(") or left.endswith(","):
-            i = len(left) - 1
-            if left.endswith(","):
-                depth = 0
-                while i >= 0:
-                    if text[i] == ")":
-                        depth += 1
-                    elif text[i] == "(":
-                        if depth == 0:
-                            break
-                        depth -= 1
-                    i -= 1
-            if i >= 0:
-                name = _function_before(text, i)
-                if name is not None and name.upper() != "CAST":
-                    found.append(f"argument of {name}: ...{where}...")
+        use = _untyped_use(text, *_widen(text, m.start(), m.end()))
+        if use is not None:
+            where = sql[max(0, m.start() - 60) : m.end() + 40].replace("\n", " ")
+            found.append(f"{use}: ...{where}...")
     return found
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from datetime import datetime
 
 import pytest
@@ -30,7 +29,7 @@ STARTED = ["Id", "AttemptCount", "StartedAtUtc", "HeartbeatUtc", "LastUpdatedUtc
 def pin_limited_queues(s: Storage) -> None:
     """The list of MaxWorkers queues is re-read at most once a second, not per claim; pinned
     (empty) so a claim's count is the claim's alone, however slow the test runs."""
-    s._limited_cache = (time.monotonic() + 3600, [])
+    s.queue_cache.pin_limited([], for_seconds=3600)
 
 
 def sent(recorder: Recorder) -> list[Call]:

@@ -56,7 +56,7 @@ def statements_only_sql_server_gets(mssql: Storage, recorder: Recorder) -> list[
     mssql.enqueue_many([EnqueueRequest(type="t", delay_seconds=1.5) for _ in range(3)])
     mssql.fetch("w", 5)
     mssql.fetch("w", 5, ["a", "b"], start=True, zombie_retry_types={"t"}, skip=["01X"])
-    mssql._limited_cache = (mssql._limited_cache[0], ["limited"])
+    mssql.queue_cache.pin_limited(["limited"], for_seconds=3600)
     recorder.answer(r"^SELECT chokaq\.\[Queues\]\.\[MaxWorkers\]", [(2, False)], ["MaxWorkers", "IsPaused"])
     recorder.answer(r"^SELECT count\(\*\)", [(0,)])
     mssql.fetch("w", 5, ["limited"])

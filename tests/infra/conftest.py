@@ -55,41 +55,48 @@ _INTERPOLATION = re.compile(r"\$\{([^}]*)\}")
 _IDENT_IN_EXPR = re.compile(r"(?<![.\w'])([A-Za-z_]\w*)")
 
 
+# Tree nodes whose first children declare or name something rather than read it: how many to skip.
+_DECLARING = {
+    "key": None,  # an object key: skip it all
+    "data_type": None,  # a type name
+    "loop_array": 1,  # children[0] declares the loop variable
+    "loop_object": 1,
+    "loop_array_index": 2,
+}
+
+
+def _token_uses(node: Any, used: set[str]) -> None:
+    if node.type == "STRING":
+        used.add(str(node))
+    elif node.type == "QUOTED_INTERPOLATION":
+        for expr in _INTERPOLATION.findall(str(node)):
+            used.update(_IDENT_IN_EXPR.findall(expr))
+
+
+def _walk_uses(node: Any, used: set[str]) -> None:
+    from lark import Token, Tree
+
+    if isinstance(node, Token):
+        _token_uses(node, used)
+        return
+    if not isinstance(node, Tree):
+        return
+    if node.data in ("property_accessor", "nested_resource_accessor"):
+        _walk_uses(node.children[0], used)  # the right side is a member name, not a reference
+        return
+    if node.data in _DECLARING and _DECLARING[node.data] is None:
+        return
+    for child in node.children[_DECLARING.get(node.data) or 0 :]:
+        _walk_uses(child, used)
+
+
 def identifier_uses(path: Path) -> set[str]:
     """Identifiers a file reads: every identifier token outside declarations, object keys,
     type names and member names (`x.member`), plus identifiers inside `${...}` interpolation."""
     from lark import Token, Tree
 
     used: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, Token):
-            if node.type == "STRING":
-                used.add(str(node))
-            elif node.type == "QUOTED_INTERPOLATION":
-                for expr in _INTERPOLATION.findall(str(node)):
-                    used.update(_IDENT_IN_EXPR.findall(expr))
-            return
-        if not isinstance(node, Tree):
-            return
-        if node.data in ("key", "data_type"):
-            return
-        if node.data in ("property_accessor", "nested_resource_accessor"):
-            walk(node.children[0])  # the right side is a member name, not a reference
-            return
-        if node.data in ("loop_array", "loop_object"):
-            for child in node.children[1:]:  # children[0] declares the loop variable
-                walk(child)
-            return
-        if node.data == "loop_array_index":
-            for child in node.children[2:]:
-                walk(child)
-            return
-        for child in node.children:
-            walk(child)
-
-    tree = bicep_tree(path)
-    for element in tree.children:
+    for element in bicep_tree(path).children:
         if not isinstance(element, Tree):
             continue
         # Skip the declared name of param/var/resource/module/output/type/func.
@@ -98,7 +105,7 @@ def identifier_uses(path: Path) -> set[str]:
             if not skipped_name and isinstance(child, Token) and child.type == "STRING":
                 skipped_name = True
                 continue
-            walk(child)
+            _walk_uses(child, used)
     return used
 
 

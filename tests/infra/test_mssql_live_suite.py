@@ -28,8 +28,10 @@ def _workflow() -> dict[Any, Any]:
 
 
 def _make_dry_run(target: str, **env: str) -> list[list[str]]:
+    # -o: the venv stamp counts as up to date, so the dry run shows the target's own recipe even
+    # when pyproject.toml is newer than the stamp (a checkout that just edited it).
     proc = subprocess.run(
-        ["make", "-n", "--no-print-directory", target],
+        ["make", "-n", "--no-print-directory", "-o", ".venv/.installed", target],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

@@ -11,12 +11,12 @@ from sqlalchemy import text
 
 from chokaq import ChokaQ
 from chokaq.domain.models import EnqueueRequest
-from chokaq.storage.store import _claim_statement
+from chokaq.storage.statements import claim_statement
 from tests.helpers import wait_for
 
 
 def claim_plan(app: ChokaQ) -> str:
-    comp = _claim_statement(False, False, 20).compile(dialect=app.storage.engine.dialect)
+    comp = claim_statement(False, False, 20).compile(dialect=app.storage.engine.dialect)
     params: dict[str, Any] = {**comp.params, "claim_worker": "w-plan", "claim_skip": []}
 
     def explain(c: Any) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.dialects import postgresql
 
-from chokaq.storage.store import _complete_statements, _fail_statements
+from chokaq.storage.statements import complete_statements, fail_statements
 
 PG = postgresql.psycopg.dialect()
 
@@ -12,12 +12,12 @@ PG = postgresql.psycopg.dialect()
 def test_the_single_statement_move_is_cacheable() -> None:
     # Without a cache key SQLAlchemy compiles the statement on every call, which cost more than
     # running it; SQLAlchemy's own PostgreSQL INSERT construct has none.
-    for move in (_complete_statements(1), _complete_statements(3), _fail_statements()):
+    for move in (complete_statements(1), complete_statements(3), fail_statements()):
         assert move.single._generate_cache_key() is not None
 
 
 def test_the_single_statement_move_copies_counts_and_returns_in_one() -> None:
-    sql = " ".join(str(_complete_statements(1).single.compile(dialect=PG)).split())
+    sql = " ".join(str(complete_statements(1).single.compile(dialect=PG)).split())
     assert sql.startswith('WITH moved AS (DELETE FROM chokaq."JobsHot" WHERE')
     assert 'INSERT INTO chokaq."JobsArchive"' in sql and "FROM moved" in sql
     # Counter rows are locked in queue order, so concurrent moves cannot deadlock on them.
@@ -25,5 +25,5 @@ def test_the_single_statement_move_copies_counts_and_returns_in_one() -> None:
     assert '"SucceededTotal" = "StatsSummary"."SucceededTotal" + excluded."SucceededTotal"' in sql
     # The durations JSON is parsed once per statement (an InitPlan), not once per row.
     assert "((SELECT CAST(%(durations)s::VARCHAR AS JSONB)) ->> moved.\"Id\")" in sql
-    fail = " ".join(str(_fail_statements().single.compile(dialect=PG)).split())
+    fail = " ".join(str(fail_statements().single.compile(dialect=PG)).split())
     assert 'INSERT INTO chokaq."JobsDLQ"' in fail and '"FailedTotal" = "StatsSummary"."FailedTotal" +' in fail

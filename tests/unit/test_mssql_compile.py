@@ -27,14 +27,14 @@ from chokaq.storage.admin import Actor, AdminStore, JobEdit, JobFilter
 from chokaq.storage.migrations import render_script
 from chokaq.storage.mssql_shapes import MoveBatch, lease_rowset
 from chokaq.storage.sqlfuncs import ListParam, in_list
-from chokaq.storage.store import (
-    Completion,
-    _complete_statements,
-    _heartbeat_statement,
-    _mssql_claim_statement,
-    _start_statement,
-    _zombie_statements,
+from chokaq.storage.statements import (
+    complete_statements,
+    heartbeat_statement,
+    mssql_claim_statement,
+    start_statement,
+    zombie_statements,
 )
+from chokaq.storage.store import Completion
 from tests.driver.recording import sql_server_2022_engine
 
 # Named parameters (":claim_worker") keep the assertions readable; production's are "?".
@@ -141,18 +141,18 @@ def test_every_statement_compiles_for_sql_server(captured: tuple[Storage, list[s
 
 
 def test_claim_is_an_updatable_cte_with_the_lock_hints() -> None:
-    claim = compile_mssql(_mssql_claim_statement(0, False, 5))
+    claim = compile_mssql(mssql_claim_statement(0, False, 5))
     # TOP takes the limit as a literal (rendered at execution), not a parameter.
     assert re.match(r"WITH c AS \n\(SELECT TOP __\[POSTCOMPILE_\w+\] chokaq\.\[JobsHot\]\.\[Id\], ", claim), claim
     assert "FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)" in claim
     assert "\nUPDATE c SET [Status]=1, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME()" in claim
     assert "OUTPUT inserted.[Id]" in claim
     assert "ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], " in claim
-    assert "[Queue] = :claim_queue_0" in compile_mssql(_mssql_claim_statement(1, True, 5))
+    assert "[Queue] = :claim_queue_0" in compile_mssql(mssql_claim_statement(1, True, 5))
 
 
 def test_a_claim_that_starts_is_the_same_locked_claim() -> None:
-    claim = compile_mssql(_mssql_claim_statement(0, False, 5, True, True))
+    claim = compile_mssql(mssql_claim_statement(0, False, 5, True, True))
     assert "FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)" in claim
     assert "NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) " in claim
     assert "FROM OPENJSON(CAST(:claim_skip AS NVARCHAR(max))))" in claim
@@ -172,9 +172,9 @@ def test_worker_moves_are_fenced_by_worker_and_one_lease_rowset() -> None:
         "chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt] "
         "AND chokaq.[JobsHot].[Status] + 0 = {status} AND chokaq.[JobsHot].[WorkerId] = :fence_worker"
     )
-    heartbeat = compile_mssql(_heartbeat_statement(0))
-    start = compile_mssql(_start_statement(0, False))
-    move = compile_mssql(_complete_statements(0).batch)
+    heartbeat = compile_mssql(heartbeat_statement(0))
+    start = compile_mssql(start_statement(0, False))
+    move = compile_mssql(complete_statements(0).batch)
     for sql, status in ((heartbeat, 2), (start, 1), (move, 2)):
         # By primary key: "Status + 0" keeps the planner off the whole filtered index.
         assert lease in sql and fence.format(status=status) in sql, sql
@@ -183,7 +183,7 @@ def test_worker_moves_are_fenced_by_worker_and_one_lease_rowset() -> None:
 
 
 def test_worker_moves_copy_under_a_row_lock() -> None:
-    move = compile_mssql(_complete_statements(0).batch)
+    move = compile_mssql(complete_statements(0).batch)
     # Without UPDLOCK another session could move the row between the copy and the delete.
     assert (
         "\nFROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK), "
@@ -206,7 +206,7 @@ def test_time_arithmetic_is_sql_servers(captured: tuple[Storage, list[str]]) -> 
     assert "[ZombieTimeoutSeconds]" in sweep[0]
     # Seconds from Python arrive typed, never as a bare operand of FLOOR or "-".
     assert re.search(r"CAST\(FLOOR\(-coalesce\(.*, CAST\(:param_\d+ AS FLOAT\)\)\) AS INT\)", sweep[0], re.S)
-    zombies = compile_mssql(_zombie_statements(true()).batch)
+    zombies = compile_mssql(zombie_statements(true()).batch)
     assert "'Zombie detected: heartbeat expired (last heartbeat ' + coalesce(CAST(" in zombies
 
 

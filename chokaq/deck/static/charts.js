@@ -3,23 +3,28 @@
 // dead-lettered, stacked by failure reason) and queue wait p50/p95. Each has a text summary (a
 // figcaption) and a readout that shows the hovered bucket's numbers as text, straight from the API.
 
-const REASON_COLORS = {
-  MaxRetriesExceeded: "#dc2626", Cancelled: "#64748b", Zombie: "#7c3aed", CircuitBreakerOpen: "#ea580c",
-  Rejected: "#db2777", Throttled: "#ca8a04", FatalError: "#991b1b", Timeout: "#0891b2", Transient: "#f97316",
-  HeartbeatFailure: "#9333ea", RetryLifetimeExpired: "#475569",
-};
+import { h } from "./dom.js";
+
+// One colour per failure reason, in the reasons' code order (the API's hist.reasons): MaxRetriesExceeded
+// red, Cancelled slate, Zombie violet, ... Reasons past the end get OTHER_REASON_COLOR.
+const REASON_PALETTE = ["#dc2626", "#64748b", "#7c3aed", "#ea580c", "#db2777", "#ca8a04", "#991b1b", "#0891b2",
+  "#f97316", "#9333ea", "#475569"];
+const OTHER_REASON_COLOR = "#334155";
 const SUCCEEDED_COLOR = "#16a34a";
 const nf = new Intl.NumberFormat("en-US");
 
-function el(tag, attrs = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") e.className = v;
-    else if (k === "testid") e.dataset.testid = v;
-    else e.setAttribute(k, v);
-  }
-  e.append(...children);
-  return e;
+const reasonColor = (hist, reason) => REASON_PALETTE[hist.reasons.indexOf(reason)] || OTHER_REASON_COLOR;
+
+// "last hour (1 min buckets)", "last 6 hours (5 min)", ...: a window picker label from /api/meta's
+// history_windows (name, seconds, bucket_seconds).
+function span(seconds) {
+  if (seconds >= 2 * 86400 && seconds % 86400 === 0) return `${seconds / 86400} days`;
+  if (seconds % 3600 === 0) return seconds === 3600 ? "hour" : `${seconds / 3600} hours`;
+  return `${seconds / 60} min`;
+}
+function windowLabel(w, first) {
+  const bucket = w.bucket_seconds === 3600 ? "1 hour" : span(w.bucket_seconds);
+  return `last ${span(w.seconds)} (${bucket}${first ? " buckets" : ""})`;
 }
 
 export function fmtWait(ms) {
@@ -133,15 +138,15 @@ class Chart {
     this.kind = kind;
     this.sig = "";
     this.u = null;
-    this.plot = el("div", { class: "chart-plot", testid: `chart-${kind}-plot`, "aria-hidden": "true" });
-    this.readout = el("p", { class: "chart-readout", testid: `chart-${kind}-readout` });
+    this.plot = h("div", { class: "chart-plot", testid: `chart-${kind}-plot`, "aria-hidden": "true" });
+    this.readout = h("p", { class: "chart-readout", testid: `chart-${kind}-readout` });
     this.readout.dataset.kind = kind;
     this.readout.dataset.hint = "Hover over the chart for a bucket's numbers.";
     this.readout.textContent = this.readout.dataset.hint;
-    this.summary = el("figcaption", { class: "chart-summary", testid: `chart-${kind}-summary` });
-    this.legend = el("ul", { class: "chart-legend", "aria-hidden": "true" });
-    this.figure = el("figure", { class: "chart", testid: `chart-${kind}` },
-      el("h3", {}, title), this.legend, this.plot, this.readout, this.summary);
+    this.summary = h("figcaption", { class: "chart-summary", testid: `chart-${kind}-summary` });
+    this.legend = h("ul", { class: "chart-legend", "aria-hidden": "true" });
+    this.figure = h("figure", { class: "chart", testid: `chart-${kind}` },
+      h("h3", {}, title), this.legend, this.plot, this.readout, this.summary);
     root.append(this.figure);
   }
 
@@ -158,14 +163,14 @@ class Chart {
     let format;
     if (this.kind === "throughput") {
       data = throughputData(hist, reasons);
-      const layers = [["succeeded", SUCCEEDED_COLOR], ...reasons.map((r) => [r, REASON_COLORS[r] || "#334155"])];
+      const layers = [["succeeded", SUCCEEDED_COLOR], ...reasons.map((r) => [r, reasonColor(hist, r)])];
       const bars = U.paths.bars({ size: [0.8, 40] });
       series = [{}, ...layers.reverse().map(([label, color]) => ({ label, fill: color, stroke: color, width: 0, paths: bars, points: { show: false } }))];
       format = (v) => nf.format(v);
       this.legend.replaceChildren(...[...layers].reverse().map(([label, color]) => {
-        const sw = el("span", { class: "swatch" });
+        const sw = h("span", { class: "swatch" });
         sw.style.background = color; // CSSOM, which style-src 'self' allows (no inline style attribute)
-        return el("li", {}, sw, label);
+        return h("li", {}, sw, label);
       }));
     } else {
       data = [xs(hist), hist.buckets.map((b) => b.wait_p50_ms), hist.buckets.map((b) => b.wait_p95_ms)];
@@ -173,9 +178,9 @@ class Chart {
         { label: "p95", stroke: "#f59e0b", width: 2, spanGaps: false, points: { show: true, size: 5, fill: "#ffffff" } }];
       format = fmtWait;
       this.legend.replaceChildren(...[["p50", "#2563eb"], ["p95", "#f59e0b"]].map(([label, color]) => {
-        const sw = el("span", { class: "swatch" });
+        const sw = h("span", { class: "swatch" });
         sw.style.background = color;
-        return el("li", {}, sw, label);
+        return h("li", {}, sw, label);
       }));
     }
     if (!this.u || sig !== this.sig) {
@@ -210,21 +215,17 @@ class Chart {
 
 // A history panel: window picker, the two charts and the retention note.
 export class HistoryPanel {
-  constructor(root, { testid, onWindow }) {
+  constructor(root, { testid, onWindow, windows }) {
     this.root = root;
     this.hist = null;
     const id = `${testid}-window`;
-    this.select = el("select", { id, testid: `${testid}-window` });
-    for (const [v, label] of [["1h", "last hour (1 min buckets)"], ["6h", "last 6 hours (5 min)"],
-      ["24h", "last 24 hours (15 min)"], ["7d", "last 7 days (1 hour)"]]) {
-      const o = el("option", { value: v }, label);
-      this.select.append(o);
-    }
+    this.select = h("select", { id, testid: `${testid}-window` });
+    windows.forEach((w, i) => this.select.append(h("option", { value: w.name }, windowLabel(w, i === 0))));
     this.select.addEventListener("change", () => onWindow(this.select.value));
-    this.note = el("p", { class: "muted small chart-note", testid: `${testid}-note` });
-    const charts = el("div", { class: "charts" });
+    this.note = h("p", { class: "muted small chart-note", testid: `${testid}-note` });
+    const charts = h("div", { class: "charts" });
     root.replaceChildren(
-      el("div", { class: "chart-controls" }, el("label", { for: id }, "Window "), this.select), charts, this.note);
+      h("div", { class: "chart-controls" }, h("label", { for: id }, "Window "), this.select), charts, this.note);
     this.throughput = new Chart(charts, "throughput", "Throughput: succeeded and dead-lettered, by reason");
     this.wait = new Chart(charts, "wait", "Queue wait p50 / p95 (start − enqueue time)");
     root.dataset.testid = testid;

@@ -1,0 +1,37 @@
+// Hash routes (#/overview, #/queues/NAME, #/dlq, ...) to views.
+
+import { $$ } from "./dom.js";
+import { state } from "./state.js";
+import { loadAudit } from "./views/audit.js";
+import { loadList } from "./views/lists.js";
+import { loadOverview } from "./views/overview.js";
+import { loadQueues } from "./views/queues.js";
+
+const VIEWS = ["overview", "queues", "hot", "archive", "dlq", "audit"];
+
+export function route() {
+  const parts = location.hash.replace(/^#\/?/, "").split(/[?]/)[0].split("/");
+  const name = parts[0] || "overview";
+  state.queueFocus = name === "queues" && parts[1] ? decodeURIComponent(parts.slice(1).join("/")) : null;
+  showView(VIEWS.includes(name) ? name : "overview");
+}
+
+function showView(name) {
+  state.view = name;
+  for (const sec of $$("[data-view]")) sec.hidden = sec.dataset.view !== name;
+  for (const a of $$("[data-view-link]")) {
+    if (a.dataset.viewLink === name) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  document.title = `${name === "dlq" ? "DLQ" : name[0].toUpperCase() + name.slice(1)} · chokaq Deck`;
+  refreshView();
+}
+
+export async function refreshView() {
+  const v = state.view;
+  if (v === "overview") return loadOverview();
+  if (v === "queues") return loadQueues();
+  if (v === "hot" || v === "archive" || v === "dlq") return loadList(v);
+  if (v === "audit") return loadAudit();
+  return undefined;
+}

@@ -1,0 +1,123 @@
+"""The claim: a worker takes due Pending jobs, with queues that have MaxWorkers claimed apart under
+a lock on their queue row so their limit holds."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, func, select
+from sqlalchemy.sql.dml import ReturningUpdate
+
+from chokaq.domain.models import JobRecord
+from chokaq.storage import statements as st
+from chokaq.storage.mssql_shapes import CteUpdate
+from chokaq.storage.queues import QueueCache
+from chokaq.storage.records import hot_record
+from chokaq.storage.schema import jobs_hot, queues
+from chokaq.storage.sqlfuncs import row_lock
+from chokaq.storage.statements import FETCHED, PROCESSING
+from chokaq.storage.transactions import Transactions
+
+log = logging.getLogger("chokaq.storage")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimOptions:
+    start: bool
+    zombie_retry_types: tuple[str, ...]
+    skip: tuple[str, ...]
+
+
+def run_claim(
+    conn: Connection,
+    worker_id: str,
+    limit: int,
+    queue_names: Sequence[str] | None,
+    *,
+    limited: bool,
+    options: ClaimOptions,
+) -> list[JobRecord]:
+    """One claim statement on ``conn``: up to ``limit`` jobs of ``queue_names`` (all when None);
+    ``limited``: of queues with MaxWorkers too (their caller holds the queue row's lock)."""
+    if limit <= 0:
+        return []
+    params: dict[str, Any] = {"claim_worker": worker_id, "claim_skip": list(options.skip)}
+    if queue_names:
+        params["claim_queues"] = list(queue_names)
+    zombie_retry = options.start and bool(options.zombie_retry_types)
+    if zombie_retry:
+        params["zombie_types"] = list(options.zombie_retry_types)
+    stmt: ReturningUpdate[Any] | CteUpdate
+    if conn.dialect.name == "mssql":
+        params.pop("claim_queues", None)
+        for i, name in enumerate(queue_names or ()):
+            params[f"claim_queue_{i}"] = name
+        stmt = st.mssql_claim_statement(len(queue_names or ()), limited, limit, options.start, zombie_retry)
+    else:
+        stmt = st.claim_statement(bool(queue_names), limited, limit, options.start, zombie_retry)
+    return [hot_record(r) for r in conn.execute(stmt, params).all()]
+
+
+class Claimer:
+    """Claims for one Storage: its transactions and its cached list of MaxWorkers queues."""
+
+    def __init__(self, tx: Transactions, queue_cache: QueueCache) -> None:
+        self.tx = tx
+        self.queue_cache = queue_cache
+
+    def _limited_queues(self) -> list[str]:
+        """Queues with MaxWorkers, from the cache (see :meth:`QueueCache.limited`)."""
+        return self.queue_cache.limited(lambda work: self.tx.run(work, op="limited_queues", readonly=True, single=True))
+
+    def fetch(
+        self,
+        worker_id: str,
+        limit: int,
+        queue_names: Sequence[str] | None = None,
+        *,
+        start: bool = False,
+        zombie_retry_types: Collection[str] = (),
+        skip: Collection[str] = (),
+    ) -> list[JobRecord]:
+        """See :meth:`Storage.fetch`."""
+        opts = ClaimOptions(start, tuple(zombie_retry_types), tuple(skip))
+        claimed = self.tx.write_one(
+            lambda c: run_claim(c, worker_id, limit, queue_names, limited=False, options=opts), op="fetch"
+        )
+        limited = [n for n in self._limited_queues() if not queue_names or n in queue_names]
+
+        def claim_limited(c: Connection) -> list[JobRecord]:
+            more: list[JobRecord] = []
+            for name in limited:
+                room = limit - len(claimed) - len(more)
+                if room <= 0:
+                    break
+                locked = c.execute(
+                    row_lock(select(queues.c.MaxWorkers, queues.c.IsPaused).where(queues.c.Name == name), queues)
+                ).first()
+                if locked is None or locked.IsPaused or locked.MaxWorkers is None:
+                    continue
+                active = c.execute(
+                    select(func.count())
+                    .select_from(jobs_hot)
+                    .where(jobs_hot.c.Queue == name, st.status_in(jobs_hot.c.Status, FETCHED, PROCESSING))
+                ).scalar_one()
+                allowance = int(locked.MaxWorkers) - int(active)
+                more += run_claim(c, worker_id, min(room, allowance), [name], limited=True, options=opts)
+            return more
+
+        if limited and len(claimed) < limit:
+            try:
+                claimed += self.tx.write(claim_limited, op="fetch_limited")
+            except Exception:
+                if not claimed:
+                    raise
+                # The main claim has committed: raising now would strand its jobs Fetched or
+                # Processing under this worker with nobody holding them. Start what it got.
+                log.warning("claim of queues with MaxWorkers failed; keeping the main claim's jobs", exc_info=True)
+        # RETURNING / OUTPUT rows come in no particular order; the buffer starts them in claim order.
+        claimed.sort(key=lambda j: (-(j.priority or 0), j.scheduled_at_utc or 0, j.created_at_utc or 0))
+        return claimed

@@ -1,0 +1,171 @@
+"""Storing new jobs: one (with its idempotency key), or many in bounded transactions, never twice
+when a replay follows a lost reply; the wake-ups go out after the commit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, false, insert, literal_column, null, select
+from sqlalchemy.exc import IntegrityError
+from ulid import ULID
+
+from chokaq.domain.models import EnqueueRequest
+from chokaq.storage.lookup import stored_ids_statement
+from chokaq.storage.queues import QueueCache
+from chokaq.storage.schema import SCHEMA, jobs_hot
+from chokaq.storage.sqlfuncs import seconds, utc_offset, utcnow
+from chokaq.storage.statements import PENDING
+from chokaq.storage.transactions import Transactions
+from chokaq.storage.wakeups import Wakeups, notify
+
+
+def new_job_id() -> str:
+    # Time-ordered ids keep SQL Server's clustered primary key appending, not splitting pages.
+    return str(ULID())
+
+
+def bind(conn: Connection) -> Connection:
+    """Prepare a caller's connection for our tables (SQLite has no schemas)."""
+    if conn.dialect.name == "sqlite":
+        conn.execution_options(schema_translate_map={SCHEMA: None})
+    return conn
+
+
+def _value_or_null(value: Any) -> Any:
+    """``value`` as a parameter, or NULL in the statement text when it is None."""
+    return null() if value is None else value
+
+
+def _stored(c: Connection, ids: Sequence[str]) -> set[str]:
+    """Which of ``ids`` are stored, in any of the three tables (one statement)."""
+    return {r[0] for r in c.execute(stored_ids_statement(), {"stored_ids": list(ids)})}
+
+
+class Enqueuer:
+    """Enqueue for one Storage: its transactions, queue cache and wake-ups."""
+
+    def __init__(self, tx: Transactions, queue_cache: QueueCache, wakeups: Wakeups) -> None:
+        self.tx = tx
+        self.queue_cache = queue_cache
+        self.wakeups = wakeups
+
+    def enqueue(
+        self, req: EnqueueRequest, *, conn: Connection | None = None, job_id: str | None = None
+    ) -> tuple[str, bool]:
+        """See :meth:`Storage.enqueue`."""
+        job_id = job_id or new_job_id()
+
+        def work(c: Connection) -> tuple[str, bool]:
+            if conn is None and self.tx.replaying() and _stored(c, [job_id]):
+                # The first attempt committed and its reply was lost; the job may have run and
+                # left JobsHot since, so inserting again could store it twice.
+                return job_id, True
+            self.queue_cache.ensure(c, req.queue)
+            stmt = insert(jobs_hot).values(
+                Id=job_id,
+                Queue=req.queue,
+                Type=req.type,
+                Payload=req.payload,
+                # NULL in the text, not a NULL parameter (a describe round trip on SQL Server).
+                Tags=_value_or_null(req.tags),
+                IdempotencyKey=_value_or_null(req.idempotency_key),
+                Priority=req.priority,
+                Status=PENDING,
+                AttemptCount=0,
+                ScheduledAtUtc=utc_offset(seconds(req.delay_seconds)) if req.delay_seconds else utcnow(),
+                CreatedAtUtc=utcnow(),
+                LastUpdatedUtc=utcnow(),
+                CreatedBy=_value_or_null(req.created_by),
+                ZombieRetry=False,
+            )
+            if req.idempotency_key is None:
+                c.execute(stmt)
+            else:
+                by_key = select(jobs_hot.c.Id).where(jobs_hot.c.IdempotencyKey == req.idempotency_key)
+                existing = c.execute(by_key).scalar()
+                if existing is not None:
+                    # Our own id: a replay after a lost COMMIT reply meets the job this call stored.
+                    return existing, existing == job_id
+                try:
+                    with c.begin_nested():
+                        c.execute(stmt)
+                except IntegrityError:
+                    existing = c.execute(by_key).scalar()
+                    if existing is None:
+                        raise
+                    return existing, existing == job_id
+            notify(c, req.queue)
+            return job_id, True
+
+        if conn is not None:
+            return work(bind(conn))
+        result = self.tx.write(work, op="enqueue")
+        self.wakeups.announce({req.queue: float(req.delay_seconds)})
+        return result
+
+    def enqueue_many(self, reqs: Sequence[EnqueueRequest]) -> list[str]:
+        """See :meth:`Storage.enqueue_many`."""
+        ids = [new_job_id() for _ in reqs]
+        size = self.tx.settings.cleanup_batch_size
+        # SQL Server: RETURNING makes SQLAlchemy send multi-row VALUES batches (at most 2,099
+        # parameters each) typed by setinputsizes, NVARCHAR(max) for the payload. A plain
+        # executemany goes through fast_executemany, which sends no types: pyodbc then has the
+        # server describe every parameter, and binds VARCHAR(255) when that fails.
+        stmt = insert(jobs_hot).values(
+            Status=literal_column(str(PENDING)),
+            AttemptCount=literal_column("0"),
+            ZombieRetry=false(),
+            ScheduledAtUtc=utc_offset(seconds(name="delay")),
+            CreatedAtUtc=utcnow(),
+            LastUpdatedUtc=utcnow(),
+        )
+        if self.tx.dialect == "mssql":
+            stmt = stmt.returning(jobs_hot.c.Id)
+
+        # Per batch, what its last attempt answered for keyed jobs (the existing id under a key).
+        keyed: dict[int, str] = {}
+
+        def batch(start: int) -> Callable[[Connection], list[str]]:
+            def work(c: Connection) -> list[str]:
+                part = reqs[start : start + size]
+                out = ids[start : start + size]
+                if self.tx.replaying() and _stored(c, out):
+                    # One transaction per batch: any of its ids stored means the attempt whose
+                    # reply was lost committed all of it (its jobs may have run and moved on since).
+                    return [keyed.get(start + i, job_id) for i, job_id in enumerate(out)]
+                rows = []
+                for i, r in enumerate(part):
+                    self.queue_cache.ensure(c, r.queue)
+                    if r.idempotency_key is not None:
+                        out[i] = keyed[start + i] = self.enqueue(r, conn=c, job_id=out[i])[0]
+                        continue
+                    rows.append(
+                        {
+                            "Id": out[i],
+                            "Queue": r.queue,
+                            "Type": r.type,
+                            "Payload": r.payload,
+                            "Tags": r.tags,
+                            "Priority": r.priority,
+                            "CreatedBy": r.created_by,
+                            "delay": float(r.delay_seconds),
+                        }
+                    )
+                if rows:
+                    c.execute(stmt, rows)
+                for q in sorted({r.queue for r in part}):
+                    notify(c, q)
+                return out
+
+            return work
+
+        result: list[str] = []
+        for start in range(0, len(reqs), size):
+            part = reqs[start : start + size]
+            result += self.tx.write(batch(start), op="enqueue_many")
+            due: dict[str, float] = {}
+            for r in part:
+                due[r.queue] = min(due.get(r.queue, float(r.delay_seconds)), float(r.delay_seconds))
+            self.wakeups.announce(due)
+        return result

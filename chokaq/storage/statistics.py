@@ -1,0 +1,61 @@
+"""PostgreSQL planner statistics of JobsHot: refreshed by the workers when a burst made them stale."""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import text
+
+from chokaq.storage.schema import SCHEMA, jobs_hot
+from chokaq.storage.transactions import Transactions
+
+log = logging.getLogger("chokaq.storage")
+
+# Seconds: how recent an ANALYZE spares a table whose rows merely changed (see refresh_statistics).
+STATISTICS_MIN_AGE = 10.0
+
+_STALENESS = text(
+    "SELECT s.n_mod_since_analyze, s.n_live_tup, c.reltuples, "
+    "EXTRACT(EPOCH FROM now() - GREATEST(s.last_analyze, s.last_autoanalyze)) "
+    "FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
+    "WHERE s.schemaname = :schema AND s.relname = :table"
+)
+
+
+def refresh_statistics(tx: Transactions, *, min_age: float = STATISTICS_MIN_AGE) -> bool:
+    """PostgreSQL only: ANALYZE JobsHot when the planner's picture of it is stale. Returns
+    whether it did. Busy workers call it about once a second.
+
+    A burst into a new or quiet table leaves the planner believing there are almost no
+    Pending rows. It then claims by reading and sorting every Pending row instead of walking
+    the fetch index, so each claim costs O(backlog) until autovacuum catches up, which takes
+    up to autovacuum_naptime (a minute by default).
+
+    Two triggers. The table holds more than twice the rows the planner last counted (and
+    over 1,000): that is a burst, and it is analysed at once. Otherwise more than 10% of it
+    (and 1,000 rows) changed since the last ANALYZE: analysed only if that was over
+    ``min_age`` seconds ago, so a busy queue is not analysed every second.
+    """
+    row = tx.read(
+        lambda c: c.execute(_STALENESS, {"schema": SCHEMA, "table": jobs_hot.name}).first(),
+        op="statistics_check",
+    )
+    if row is None:
+        return False
+    changed, live, planned, age = int(row[0]), int(row[1]), max(float(row[2]), 0.0), row[3]
+    grown = live > max(1000, 2 * planned)
+    drifted = changed > max(1000, 0.1 * live) and (age is None or float(age) > min_age)
+    if not (grown or drifted):
+        return False
+    table = tx.engine.dialect.identifier_preparer.format_table(jobs_hot)
+    # SKIP_LOCKED: when another worker is already analysing, that one is enough.
+    tx.write_one(lambda c: c.exec_driver_sql(f"ANALYZE (SKIP_LOCKED) {table}"), op="analyze")
+    log.info(
+        "refreshed planner statistics of %s (%s: ~%d rows, %.0f at the last count, %d changed since)",
+        table,
+        "grown" if grown else "changed",
+        live,
+        planned,
+        changed,
+    )
+    return True

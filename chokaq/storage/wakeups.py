@@ -1,0 +1,64 @@
+"""Wake-ups for workers when new Pending work is committed: in this process (listeners and
+announcers) and, on PostgreSQL, in others (NOTIFY on :data:`NOTIFY_CHANNEL`; see notify.py).
+
+Separate from ``runtime/events.bus`` on purpose: the bus carries operator events (what happened, for
+people and the Deck), and may be slow or absent. A wake-up is only a hint to local workers to look
+sooner instead of at their next poll: it carries no record of what happened, and losing one costs
+latency, never a job (the jobs are stored before anyone is woken).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from sqlalchemy import Connection, func, select
+
+log = logging.getLogger("chokaq.storage")
+
+NOTIFY_CHANNEL = "chokaq_jobs"
+
+# ``{queue: seconds until its first new job is due}``, or None when the queues are not known.
+Announcer = Callable[[Mapping[str, float] | None], None]
+
+
+def notify(conn: Connection, queue: str) -> None:
+    """Inside the transaction that stores new work on ``queue``: PostgreSQL delivers the NOTIFY to
+    listening workers when (and only if) it commits. Nothing elsewhere."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, queue)))
+
+
+class Wakeups:
+    """The in-process subscribers to "new work was committed" (see the module docstring)."""
+
+    def __init__(self) -> None:
+        # Same-process wake-ups (SQLite, or any database before NOTIFY arrives): workers in this
+        # process start new work at once instead of at their next poll.
+        self._listeners: list[Callable[[], None]] = []
+        # After-commit announcers for other processes (the Functions doorbell): see add_announcer.
+        self._announcers: list[Announcer] = []
+
+    def on_enqueue(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` after this process commits new Pending work. Returns an unsubscriber."""
+        self._listeners.append(callback)
+        return lambda: self._listeners.remove(callback)
+
+    def add_announcer(self, announcer: Announcer) -> Callable[[], None]:
+        """Call ``announcer`` after this process commits new Pending work, with ``{queue: seconds
+        until its first new job is due}``, or None when the queues are not known (a resurrect).
+
+        It runs in the committing thread after the commit, so it must be quick; whatever it raises is
+        logged and dropped: the jobs are stored, and an announcement is only a hint to look sooner.
+        Returns an unsubscriber."""
+        self._announcers.append(announcer)
+        return lambda: self._announcers.remove(announcer)
+
+    def announce(self, due: Mapping[str, float] | None = None) -> None:
+        for callback in list(self._listeners):
+            callback()
+        for announcer in list(self._announcers):
+            try:
+                announcer(due)
+            except Exception:
+                log.exception("enqueue announcer failed (the jobs are stored)")
