@@ -70,22 +70,45 @@ requirements-check: $(STAMP)
 BENCH_VENV ?= .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 BENCH_ARGS ?=
-.PHONY: bench-peers bench-costs
+.PHONY: bench-peers bench-costs bench-profile
 
 $(BENCH_STAMP): benchmarks/requirements-bench.txt
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install -q -r benchmarks/requirements-bench.txt
 	touch $(BENCH_STAMP)
 
-## chokaq (PostgreSQL + SQLite) vs pgqueuer vs procrastinate + database baseline, one table
-bench: $(STAMP) $(BENCH_STAMP)
-	$(PY) benchmarks/compare.py --bench-python $(BENCH_VENV)/bin/python $(BENCH_ARGS)
+## oban-py needs Python >= 3.12, so it gets a venv of its own. OBAN_PYTHON is the first python3.12 /
+## python3.13 that runs (a pyenv shim runs only when its version is selected, so pyenv's own 3.12+ is
+## tried too); when there is none, the venv is not made and compare.py prints a row saying so.
+OBAN_VENV ?= .venv-bench-oban
+OBAN_STAMP := $(OBAN_VENV)/.installed
+OBAN_PYTHON ?= $(shell for p in python3.12 python3.13; do $$p -c 'import sys; print(sys.executable)' 2>/dev/null && exit; done; \
+	v=$$(pyenv versions --bare 2>/dev/null | grep -E '^3\.1[2-9]' | head -1); \
+	[ -n "$$v" ] && PYENV_VERSION=$$v python3 -c 'import sys; print(sys.executable)' 2>/dev/null)
+.PHONY: bench-oban-venv
+
+$(OBAN_STAMP): benchmarks/requirements-bench-oban.txt
+	@if [ -z "$(OBAN_PYTHON)" ]; then echo "no Python >= 3.12 found: oban-py will be skipped (set OBAN_PYTHON=/path/to/python3.12)"; \
+	else set -e; $(OBAN_PYTHON) -m venv $(OBAN_VENV); $(OBAN_VENV)/bin/pip install -q -U pip; \
+	$(OBAN_VENV)/bin/pip install -q -r benchmarks/requirements-bench-oban.txt; touch $(OBAN_STAMP); fi
+
+bench-oban-venv: $(OBAN_STAMP)
+
+## chokaq (PostgreSQL + SQLite) vs pgqueuer vs oban-py vs procrastinate + database baseline, fresh and
+## analysed tables, interleaved rounds (473 s with the defaults on the loaded 2-core machine; see benchmarks/README.md)
+bench: $(STAMP) $(BENCH_STAMP) $(OBAN_STAMP)
+	$(PY) benchmarks/compare.py --bench-python $(BENCH_VENV)/bin/python --oban-python $(OBAN_VENV)/bin/python $(BENCH_ARGS)
+
+## one chokaq round under cProfile (all threads): per-job CPU by component
+bench-profile: $(STAMP)
+	$(PY) benchmarks/throughput.py --profile $(BENCH_ARGS)
 
 ## the peers alone, in their venv
-bench-peers: $(BENCH_STAMP)
+bench-peers: $(BENCH_STAMP) $(OBAN_STAMP)
 	$(BENCH_VENV)/bin/python benchmarks/peers/db_baseline.py
 	$(BENCH_VENV)/bin/python benchmarks/peers/pgqueuer_bench.py
 	$(BENCH_VENV)/bin/python benchmarks/peers/procrastinate_bench.py
+	if [ -x $(OBAN_VENV)/bin/python ]; then $(OBAN_VENV)/bin/python benchmarks/peers/oban_bench.py; fi
 
 ## costs that must stay flat: sweep, fetch, DLQ paging/preview at 1k/100k/1M rows; heartbeats
 bench-costs: $(STAMP)

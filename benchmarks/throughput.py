@@ -71,6 +71,7 @@ from benchmarks.peers.common import (
     print_table,
     recreate_database,
 )
+from benchmarks.thread_profile import ThreadProfiles, report
 
 DB = "bench_chokaq"
 LATENCY_PATH = {
@@ -345,50 +346,78 @@ def archive_count(app: Any) -> int:
 # --------------------------------------------------------------------------- phases
 
 
+@dataclass
+class Drain:
+    """What one timed drain measured: wall seconds and this process's CPU seconds, and the machine's note."""
+
+    started: float  # perf_counter() at worker start
+    seconds: float
+    cpu_seconds: float
+    sampler: CpuSampler
+
+
+def noop_app(url: str, n: int, concurrency: int, batch: int) -> tuple[Any, dict[str, Any]]:
+    """An app with an async no-op handler that records its first start and sets ``done`` at the N-th."""
+    app = make_app(url, concurrency, batch)
+    state: dict[str, Any] = {"seen": 0, "first": 0.0, "done": threading.Event()}
+
+    @app.job("noop")
+    async def noop(payload: Any) -> None:
+        if not state["seen"]:
+            state["first"] = time.perf_counter()
+        state["seen"] += 1
+        if state["seen"] >= n:
+            state["done"].set()
+
+    return app, state
+
+
+def wait_all_succeeded(wt: WorkerThread, state: dict[str, Any], n: int, rnd: int) -> None:
+    """Until the handler has run N times and the worker has committed N successes."""
+    if not state["done"].wait(PHASE_TIMEOUT):
+        raise TimeoutError(f"round {rnd}: handler saw {state['seen']}/{n} in {PHASE_TIMEOUT:.0f}s")
+    deadline = time.monotonic() + 30
+    while wt.worker.counts.succeeded < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"round {rnd}: {wt.worker.counts} after 30 s")
+        time.sleep(0.001)
+
+
+def timed_drain(
+    wt: WorkerThread, state: dict[str, Any], n: int, rnd: int, dbname: str | None, counter: StatementCounter | None
+) -> Drain:
+    """Start the worker and time it until all N are committed; the counter (if any) counts only inside."""
+    try:
+        with CpuSampler(dbname) as cpu:
+            if counter is not None:
+                counter.active = True
+            t0 = time.perf_counter()
+            cpu0 = time.process_time()
+            wt.start()
+            wait_all_succeeded(wt, state, n, rnd)
+            t1 = time.perf_counter()
+            cpu1 = time.process_time()
+    finally:
+        if counter is not None:
+            counter.active = False
+        wt.stop()
+    return Drain(t0, t1 - t0, cpu1 - cpu0, cpu)
+
+
 def throughput_round(
     backend: str, n: int, concurrency: int, batch: int, rnd: int, analyze: bool = False, count: bool = False
 ) -> dict[str, Any]:
     """One round. ``count=True`` attaches the statement counter: its engine hooks cost the worker
     a few per cent, so timed rounds run without it and one extra round counts."""
+    pg = backend == "postgres"
     with fresh_database(backend) as url:
-        app = make_app(url, concurrency, batch)
-        state: dict[str, Any] = {"seen": 0, "first": 0.0, "done": threading.Event()}
-
-        @app.job("noop")
-        async def noop(payload: Any) -> None:
-            if not state["seen"]:
-                state["first"] = time.perf_counter()
-            state["seen"] += 1
-            if state["seen"] >= n:
-                state["done"].set()
-
+        app, state = noop_app(url, n, concurrency, batch)
         enqueue_s = enqueue_noops(app, n)
-        if analyze and backend == "postgres":
+        if analyze and pg:
             analyze_table(DB, 'chokaq."JobsHot"')
         counter = StatementCounter().attach(app.storage.engine) if count else None
         wt = WorkerThread(app, concurrency)
-        try:
-            with CpuSampler() as cpu:
-                if counter is not None:
-                    counter.active = True
-                t0 = time.perf_counter()
-                cpu0 = time.process_time()
-                wt.start()
-                if not state["done"].wait(PHASE_TIMEOUT):
-                    raise TimeoutError(f"round {rnd}: handler saw {state['seen']}/{n} in {PHASE_TIMEOUT:.0f}s")
-                deadline = time.monotonic() + 30
-                while wt.worker.counts.succeeded < n:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"round {rnd}: {wt.worker.counts} after 30 s")
-                    time.sleep(0.001)
-                t1 = time.perf_counter()
-                cpu1 = time.process_time()
-                if counter is not None:
-                    counter.active = False
-        finally:
-            if counter is not None:
-                counter.active = False
-            wt.stop()
+        drain = timed_drain(wt, state, n, rnd, DB if pg else None, counter)
         counts = counter.snapshot() if counter is not None else None
         if counter is not None:
             counter.detach()
@@ -398,23 +427,59 @@ def throughput_round(
         stats = wt.worker.counts.as_dict()
         app.close()
         commits = None
-        if backend == "postgres":
+        if pg:
             time.sleep(0.5)  # let the backends exit; they flush their statistics on exit
             commits = server_commits(DB)
-    first = state["first"]
+    cpu = drain.sampler
+    server = cpu.per_job(n) if pg else {}  # SQLite has no server: only this process
+    first, t1 = state["first"], drain.started + drain.seconds
     return {
-        "seconds": t1 - t0,
+        "seconds": drain.seconds,
         "enqueue_s": enqueue_s,
-        "startup_s": first - t0,
+        "startup_s": first - drain.started,
         "steady_rate": (n - 1) / (t1 - first) if t1 > first else math.nan,
         "cpu": cpu.note(),
         "loadavg": cpu.loadavg,
         "counts": counts,
         # CPU time of this process (all threads) per job: the worker's own cost, steadier than jobs/s.
-        "cpu_us_per_job": (cpu1 - cpu0) / n * 1e6,
+        "cpu_us_per_job": drain.cpu_seconds / n * 1e6,
+        "server_cpu_us_per_job": server.get("server_cpu_us_per_job", math.nan),
+        "server_db_cpu_us_per_job": server.get("server_db_cpu_us_per_job", math.nan),
         "worker_stats": stats,
         "server_commits": commits,
     }
+
+
+def profile_round(args: Any) -> list[str]:
+    """``--profile``: one plain round for reference, then one round with every worker thread under
+    cProfile (benchmarks/thread_profile.py); returns the report lines."""
+    n, c, b = args.jobs, args.concurrency, args.batch_size
+    ref = throughput_round(args.backend, n, c, b, 1, args.analyze)
+    log(f"reference round: {n / ref['seconds']:,.0f} jobs/s, {ref['cpu_us_per_job']:.1f} us CPU/job; {ref['cpu']}")
+    pg = args.backend == "postgres"
+    with fresh_database(args.backend) as url:
+        app, state = noop_app(url, n, c, b)
+        enqueue_noops(app, n)
+        if args.analyze and pg:
+            analyze_table(DB, 'chokaq."JobsHot"')
+        with ThreadProfiles() as tp:
+            wt = WorkerThread(app, c)
+            drain = timed_drain(wt, state, n, 2, DB if pg else None, None)
+            app.close()
+        left = tp.join()
+    log(f"profiled round: {n / drain.seconds:,.0f} jobs/s, {drain.cpu_seconds / n * 1e6:.1f} us CPU/job")
+    head = [
+        f"chokaq {args.backend} C={c}, N={n}, fetch batch {b}, "
+        f"{'queue table ANALYZEd' if args.analyze else 'fresh queue table'}; git {git_rev()}; "
+        f"load {os.getloadavg()[0]:.2f}",
+    ]
+    if left:
+        head.append(f"(threads still running, not counted: {', '.join(left)})")
+    merged = tp.stats()
+    if args.profile_out and merged is not None:
+        merged.dump_stats(args.profile_out)  # for `python -m pstats FILE` or snakeviz
+        head.append(f"(merged profile of all threads written to {args.profile_out})")
+    return head + report(tp, n, drain.cpu_seconds / n * 1e6, ref["cpu_us_per_job"])
 
 
 def latency_phase(
@@ -532,7 +597,8 @@ def run(args: Any, backend: str, concurrency: int) -> list[tuple[BenchResult, di
     """Throughput (median of rounds) and latency rows for one backend and concurrency."""
     name = f"chokaq {package_version('chokaq')}"
     label = backend_label(backend)
-    poll = "LISTEN/NOTIFY" if backend == "postgres" else "polling every Storage.PollingInterval (1 s)"
+    pg = backend == "postgres"
+    poll = "LISTEN/NOTIFY" if pg else "polling every Storage.PollingInterval (1 s)"
     settings_note = (
         f"concurrency={concurrency}, fetch_batch_size={args.batch_size}, prefetch=100 (default), "
         f"one worker in-process, {poll}"
@@ -561,8 +627,10 @@ def run(args: Any, backend: str, concurrency: int) -> list[tuple[BenchResult, di
         srv = f"{pj['server_tx_per_job']:.2f}" if pj["server_tx_per_job"] is not None else "n/a"
         notes = (
             f"worker start -> all {args.jobs} archived, median of {len(rounds)} rounds (per round jobs/s: "
-            f"{per_round}); worker process CPU median {median(r['cpu_us_per_job'] for r in rounds):.0f} us/job; "
-            f"{'queue table ANALYZEd after enqueue' if args.analyze else 'queue table never ANALYZEd'}; "
+            f"{per_round}); worker process CPU median {median(r['cpu_us_per_job'] for r in rounds):.0f} us/job"
+            + (f", postgres CPU median {median(r['server_cpu_us_per_job'] for r in rounds):.0f} us/job" if pg else "")
+            + "; "
+            + f"{'queue table ANALYZEd after enqueue' if args.analyze else 'queue table never ANALYZEd'}; "
             f"first job start -> all archived median "
             f"{median(r['steady_rate'] for r in rounds):,.0f} jobs/s; worker startup median "
             f"{median(r['startup_s'] for r in rounds) * 1000:.0f} ms; bulk enqueue median "
@@ -582,6 +650,8 @@ def run(args: Any, backend: str, concurrency: int) -> list[tuple[BenchResult, di
             "per_round_jobs_per_s": [args.jobs / r["seconds"] for r in rounds],
             "steady_jobs_per_s": median(r["steady_rate"] for r in rounds),
             "cpu_us_per_job": median(r["cpu_us_per_job"] for r in rounds),
+            "server_cpu_us_per_job": median(r["server_cpu_us_per_job"] for r in rounds),
+            "server_db_cpu_us_per_job": median(r["server_db_cpu_us_per_job"] for r in rounds),
             "analyze": args.analyze,
         }
         out.append((res, extra))
@@ -620,6 +690,12 @@ def to_json(res: BenchResult, extra: dict[str, Any]) -> str:
 def parse_args(argv: list[str] | None = None) -> Any:
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--backend", choices=["postgres", "sqlite"], default="postgres")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="one round with every worker thread under cProfile: per-job CPU by component (see benchmarks/README.md)",
+    )
+    p.add_argument("--profile-out", help="with --profile: also write the merged pstats file here")
     p.set_defaults(hard_timeout=600.0)
     return p.parse_args(argv)
 
@@ -629,6 +705,10 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING)
     install_hard_timeout(args.hard_timeout)
     log(f"load average (1 min) at start: {os.getloadavg()[0]:.2f}; versions {versions()}")
+    if args.profile:
+        print("\n".join(profile_round(args)))
+        cancel_hard_timeout()
+        return 0
     results = run(args, args.backend, args.concurrency)
     cancel_hard_timeout()
     print_table([r for r, _ in results])

@@ -18,6 +18,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from benchmarks.peers.server_cpu import read_server_cpu
+
 # Admin connection: the `test` database, used only to drop/create the per-peer databases.
 PG_HOST = os.environ.get("BENCH_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("BENCH_PG_PORT", "5432"))
@@ -56,6 +58,16 @@ def drop_database(dbname: str) -> None:
 
     with psycopg.connect(conninfo(PG_ADMIN_DB), autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
+
+
+def drop_unless_kept(dbname: str, keep: bool) -> None:
+    """End of a script: drop its database unless ``--keep-db``; best effort (the next run drops it anyway)."""
+    if keep:
+        return
+    try:
+        drop_database(dbname)
+    except Exception as exc:
+        log(f"could not drop {dbname}: {exc!r}")
 
 
 def server_settings() -> dict[str, str]:
@@ -115,6 +127,8 @@ class BenchResult:
     p99_ms: float
     notes: str = ""
     cpu_us_per_job: float = math.nan  # CPU time of the benchmark process (all threads) per job
+    server_cpu_us_per_job: float = math.nan  # all postgres processes' CPU per job (server_cpu.py)
+    server_db_cpu_us_per_job: float = math.nan  # of which the benchmark database's backends
 
     def to_json(self) -> str:
         def clean(v: Any) -> Any:
@@ -267,7 +281,11 @@ class CpuSampler:
     Machine busy includes the PostgreSQL backends doing this benchmark's work.
     """
 
+    def __init__(self, dbname: str | None = None) -> None:
+        self.dbname = dbname  # the benchmark database, to tell its backends' CPU from foreign load
+
     def __enter__(self) -> CpuSampler:
+        self._server0 = read_server_cpu(self.dbname)
         self._b0, self._t0 = _proc_stat()
         self._self0 = sum(os.times()[:2])
         self._w0 = time.perf_counter()
@@ -279,13 +297,22 @@ class CpuSampler:
         ncpu = os.cpu_count() or 1
         self.machine_pct = 100.0 * (b1 - self._b0) / max(1, t1 - self._t0)  # of all cores
         self.self_seconds = sum(os.times()[:2]) - self._self0
+        # read after this process's own CPU, so the /proc scan is not charged to the system measured
+        self.server = read_server_cpu(self.dbname) - self._server0
         self.self_pct = 100.0 * self.self_seconds / max(1e-9, wall) / ncpu
         self.loadavg = os.getloadavg()[0]
 
     def note(self) -> str:
-        return (
-            f"cpu busy {self.machine_pct:.0f}% of {os.cpu_count()} cores (this process {self.self_pct:.0f}%)"
-        )
+        server = f", postgres {self.server.seconds:.2f}s CPU" if self.dbname else ""
+        return f"cpu busy {self.machine_pct:.0f}% of {os.cpu_count()} cores (this process {self.self_pct:.0f}%{server})"
+
+    def per_job(self, n: int) -> dict[str, float]:
+        """Client and server CPU per job in microseconds, as the result dicts of every script carry them."""
+        return {
+            "cpu_us_per_job": self.self_seconds / n * 1e6,
+            "server_cpu_us_per_job": self.server.seconds / n * 1e6,
+            "server_db_cpu_us_per_job": self.server.db_seconds / n * 1e6,
+        }
 
 
 def summarize(
@@ -308,10 +335,13 @@ def summarize(
         p50_ms=math.nan,
         p99_ms=math.nan,
         cpu_us_per_job=median(r["cpu_us_per_job"] for r in rounds),
+        server_cpu_us_per_job=median(r["server_cpu_us_per_job"] for r in rounds),
+        server_db_cpu_us_per_job=median(r["server_db_cpu_us_per_job"] for r in rounds),
         notes=(
             f"throughput from worker start to all {n} acknowledged, median of {len(rounds)} rounds "
             f"(per round jobs/s: {per_round}); worker process CPU median "
-            f"{median(r['cpu_us_per_job'] for r in rounds):.0f} us/job; "
+            f"{median(r['cpu_us_per_job'] for r in rounds):.0f} us/job, postgres CPU median "
+            f"{median(r['server_cpu_us_per_job'] for r in rounds):.0f} us/job; "
             f"excluding worker startup (first job start -> all acked) "
             f"median {median(r['steady_rate'] for r in rounds):,.0f} jobs/s; worker startup median "
             f"{median(r['startup_s'] for r in rounds) * 1000:.0f} ms; bulk enqueue median "
@@ -326,5 +356,6 @@ def round_line(name: str, n: int, rnd: int, res: dict[str, Any]) -> str:
         f"{name} round {rnd}: {n} jobs in {res['seconds']:.3f}s = {n / res['seconds']:,.0f} jobs/s "
         f"(startup {res['startup_s'] * 1000:.0f} ms, "
         f"first start->all acked {res['steady_rate']:,.0f} jobs/s; "
-        f"bulk enqueue {res['enqueue_s']:.3f}s; {res['cpu_us_per_job']:.0f} us CPU/job in this process; {res['cpu']})"
+        f"bulk enqueue {res['enqueue_s']:.3f}s; {res['cpu_us_per_job']:.0f} us CPU/job in this process, "
+        f"{res['server_cpu_us_per_job']:.0f} us postgres CPU/job; {res['cpu']})"
     )

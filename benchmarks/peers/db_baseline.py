@@ -33,7 +33,7 @@ from benchmarks.peers.common import (
     BenchResult,
     cancel_hard_timeout,
     conninfo,
-    drop_database,
+    drop_unless_kept,
     emit,
     install_hard_timeout,
     log,
@@ -203,11 +203,7 @@ def main() -> int:
         elif not args.no_pgbench:
             log("pgbench not found; skipping pgbench rows")
     finally:
-        if not args.keep_db:
-            try:
-                drop_database(DB)
-            except Exception as exc:
-                log(f"could not drop {DB}: {exc!r}")
+        drop_unless_kept(DB, args.keep_db)
     cancel_hard_timeout()
     emit(results, args.json)
     return 0

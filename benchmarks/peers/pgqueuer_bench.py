@@ -42,7 +42,7 @@ from benchmarks.peers.common import (
     analyze_table,
     base_parser,
     cancel_hard_timeout,
-    drop_database,
+    drop_unless_kept,
     dsn_url,
     emit,
     install_hard_timeout,
@@ -219,7 +219,7 @@ async def throughput_round(args: Any, rnd: int) -> dict[str, Any]:
         pgqs, conns, _ = await start_workers(args, noop)
         tasks: list[asyncio.Task[None]] = []
         try:
-            with CpuSampler() as cpu:
+            with CpuSampler(DB) as cpu:
                 t0 = time.perf_counter()
                 tasks = launch(pgqs, args)
                 await wait_or_fail(all_seen, tasks, PHASE_TIMEOUT, f"round {rnd} drain")
@@ -239,7 +239,7 @@ async def throughput_round(args: Any, rnd: int) -> dict[str, Any]:
             "enqueue_s": enq.seconds,
             "startup_s": first_start - t0,
             "steady_rate": (n - 1) / (t1 - first_start) if t1 > first_start else float("nan"),
-        "cpu_us_per_job": cpu.self_seconds / n * 1e6,
+            **cpu.per_job(n),
             "cpu": cpu.note(),
         }
     finally:
@@ -344,11 +344,7 @@ def main() -> int:
     except ImportError:
         results = asyncio.run(main_async(args))
     finally:
-        if not args.keep_db:
-            try:
-                drop_database(DB)
-            except Exception as exc:  # pragma: no cover - best effort
-                log(f"could not drop {DB}: {exc!r}")
+        drop_unless_kept(DB, args.keep_db)
     cancel_hard_timeout()
     emit(results, args.json)
     return 0

@@ -177,7 +177,7 @@ async def throughput_round(args: Any, rnd: int) -> dict[str, Any]:
         state["target"] = n
         tasks: list[asyncio.Task[None]] = []
         try:
-            with CpuSampler() as cpu:
+            with CpuSampler(DB) as cpu:
                 t0 = time.perf_counter()
                 tasks = launch(app, args)
                 await wait_or_fail(state["event"], tasks, PHASE_TIMEOUT, f"round {rnd} drain")
@@ -198,7 +198,7 @@ async def throughput_round(args: Any, rnd: int) -> dict[str, Any]:
         "enqueue_s": enq.seconds,
         "startup_s": first - t0,
         "steady_rate": (n - 1) / (t1 - first) if t1 > first else float("nan"),
-        "cpu_us_per_job": cpu.self_seconds / n * 1e6,
+            **cpu.per_job(n),
         "cpu": cpu.note(),
     }
 

@@ -1,65 +1,42 @@
-"""Operator actions: list, inspect, edit, resurrect, cancel, purge; each change audited in the same
-transaction that makes it."""
+"""Operator actions: edit, resurrect, cancel, purge; each change audited in the same transaction that
+makes it. The reads they build on are :class:`JobListing`'s (listing.py)."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
-from sqlalchemy import Connection, Select, Table, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Select, and_, delete, func, insert, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain import limits
 from chokaq.domain.errors import ConflictError, JobValidationError, NotFoundError
 from chokaq.domain.models import JobRecord, QueueInfo
 from chokaq.domain.states import FailureReason, JobStatus, Location
+from chokaq.storage.admin_types import Actor, BulkResult, JobEdit, JobFilter, Page, parse_snapshot, snapshot_text
+from chokaq.storage.listing import SORTS, TABLES, TIME_COLUMN, JobListing, contains
 from chokaq.storage.queues import UNSET, Override
-from chokaq.storage.records import archive_record, dlq_record, hot_record
+from chokaq.storage.records import dlq_record, hot_record
 from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot
-from chokaq.storage.sqlfuncs import row_lock, seconds, utc_offset, utcnow
+from chokaq.storage.sqlfuncs import row_lock, utcnow
 from chokaq.storage.statements import FAILED, PENDING, status_is
-from chokaq.storage.store import Storage
 
-# Sort keys a client may name, per table. Anything else is refused before SQL is built.
-SORTS: dict[Location, dict[str, str]] = {
-    Location.HOT: {
-        "created": "CreatedAtUtc",
-        "scheduled": "ScheduledAtUtc",
-        "priority": "Priority",
-        "queue": "Queue",
-        "type": "Type",
-        "status": "Status",
-        "attempts": "AttemptCount",
-        "updated": "LastUpdatedUtc",
-        "id": "Id",
-    },
-    Location.ARCHIVE: {
-        "finished": "FinishedAtUtc",
-        "created": "CreatedAtUtc",
-        "queue": "Queue",
-        "type": "Type",
-        "duration": "DurationMs",
-        "attempts": "AttemptCount",
-        "id": "Id",
-    },
-    Location.DLQ: {
-        "failed": "FailedAtUtc",
-        "created": "CreatedAtUtc",
-        "queue": "Queue",
-        "type": "Type",
-        "reason": "FailureReason",
-        "attempts": "AttemptCount",
-        "id": "Id",
-    },
-}
-DEFAULT_SORT = {Location.HOT: "created", Location.ARCHIVE: "finished", Location.DLQ: "failed"}
-TIME_COLUMN = {Location.HOT: "CreatedAtUtc", Location.ARCHIVE: "FinishedAtUtc", Location.DLQ: "FailedAtUtc"}
-TABLES: dict[Location, Table] = {Location.HOT: jobs_hot, Location.ARCHIVE: jobs_archive, Location.DLQ: jobs_dlq}
-MAPPERS = {Location.HOT: hot_record, Location.ARCHIVE: archive_record, Location.DLQ: dlq_record}
+# Re-exported: the API, the CLI and the Functions import these from here.
+__all__ = [
+    "SORTS",
+    "Actor",
+    "AdminStore",
+    "BulkResult",
+    "JobEdit",
+    "JobFilter",
+    "Page",
+    "contains",
+    "parse_snapshot",
+]
+
 SAMPLE_IDS = 20
 
 # A bulk action's move: the ids it moved (or deleted) among the DLQ rows ``where`` matches.
@@ -75,77 +52,8 @@ def _dlq_shape(reason: FailureReason, details: str | None, actor: str) -> Callab
     return shape
 
 
-@dataclass(frozen=True)
-class JobFilter:
-    queue: str | None = None
-    type: str | None = None
-    status: JobStatus | None = None
-    failure_reason: FailureReason | None = None
-    tag: str | None = None
-    from_utc: datetime | None = None
-    to_utc: datetime | None = None
-    search: str | None = None
-
-
-@dataclass(frozen=True)
-class Actor:
-    name: str
-    role: str
-
-    def __post_init__(self) -> None:
-        if not self.name or len(self.name) > limits.MAX_ACTOR_LEN:
-            raise JobValidationError(f"actor name must be 1..{limits.MAX_ACTOR_LEN} characters")
-
-
-@dataclass
-class Page:
-    items: list[JobRecord]
-    total: int
-    page: int
-    page_size: int
-
-
-@dataclass
-class BulkResult:
-    matched: int
-    affected: int
-    sample_ids: list[str] = field(default_factory=list)
-    dry_run: bool = False
-    skipped_ids: list[str] = field(default_factory=list)
-    # A filter preview's bound: the newest matching job as "<FailedAtUtc ISO>|<Id>". The action
-    # that follows acts only on jobs at or before it, so jobs dead-lettered after the preview
-    # are never touched by a confirmation that did not count them.
-    snapshot: str | None = None
-
-
-def _snapshot_text(failed_at: datetime, job_id: str) -> str:
-    return f"{failed_at.isoformat()}|{job_id}"
-
-
-def parse_snapshot(text: str) -> tuple[datetime, str]:
-    when, sep, job_id = text.partition("|")
-    try:
-        if not sep or not job_id or len(job_id) > limits.MAX_JOB_ID_LEN:
-            raise ValueError
-        return datetime.fromisoformat(when), job_id
-    except ValueError:
-        raise JobValidationError("snapshot is not one a preview returned (dry_run: true gives one)") from None
-
-
-@dataclass(frozen=True)
-class JobEdit:
-    payload: str | None = None
-    tags: str | None = None
-    priority: int | None = None
-    force: bool = False
-
-    def is_empty(self) -> bool:
-        return self.payload is None and self.tags is None and self.priority is None
-
-
-class AdminStore:
-    def __init__(self, storage: Storage) -> None:
-        self.s = storage
+class AdminStore(JobListing):
+    """Operator actions over one Storage (``self.s``), and the reads of :class:`JobListing`."""
 
     # ------------------------------------------------------------------ audit
     @staticmethod
@@ -163,145 +71,6 @@ class AdminStore:
                 Details=json.dumps(details, default=str) if details else None,
             )
         )
-
-    def list_audit(
-        self, *, job_id: str | None = None, actor: str | None = None, page: int = 1, page_size: int = 100
-    ) -> tuple[list[dict[str, Any]], int]:
-        conds: list[ColumnElement[bool]] = []
-        if job_id:
-            conds.append(contains(audit_log.c.JobIds, json.dumps(job_id)))
-        if actor:
-            conds.append(audit_log.c.Actor == actor)
-
-        def work(c: Connection) -> tuple[list[dict[str, Any]], int]:
-            total = c.execute(select(func.count()).select_from(audit_log).where(*conds)).scalar_one()
-            rows = c.execute(
-                select(audit_log)
-                .where(*conds)
-                .order_by(audit_log.c.Id.desc())
-                .offset((page - 1) * page_size)
-                .limit(page_size)
-            ).all()
-            out = [
-                {
-                    "id": r.Id,
-                    "at_utc": r.AtUtc,
-                    "actor": r.Actor,
-                    "role": r.Role,
-                    "action": r.Action,
-                    "job_ids": json.loads(r.JobIds) if r.JobIds else [],
-                    "job_count": r.JobCount,
-                    "details": json.loads(r.Details) if r.Details else None,
-                }
-                for r in rows
-            ]
-            return out, int(total)
-
-        return self.s.read(work, op="list_audit")
-
-    # ------------------------------------------------------------------ listing
-    @staticmethod
-    def where(location: Location, f: JobFilter) -> list[ColumnElement[bool]]:
-        t = TABLES[location]
-        conds: list[ColumnElement[bool]] = []
-        if f.queue:
-            conds.append(t.c.Queue == f.queue)
-        if f.type:
-            conds.append(t.c.Type == f.type)
-        if f.status is not None and location is Location.HOT:
-            conds.append(status_is(t.c.Status, int(f.status)))
-        if f.failure_reason is not None and location is Location.DLQ:
-            conds.append(t.c.FailureReason == int(f.failure_reason))
-        if f.tag:
-            conds.append(contains(t.c.Tags, f.tag))
-        ts = t.c[TIME_COLUMN[location]]
-        if f.from_utc:
-            conds.append(ts >= f.from_utc)
-        if f.to_utc:
-            conds.append(ts <= f.to_utc)
-        if f.search:
-            fields = [t.c.Id, t.c.Type, t.c.Tags]
-            if location is Location.DLQ:
-                fields.append(t.c.ErrorDetails)
-            conds.append(or_(*(contains(col, f.search, ignore_case=True) for col in fields)))
-        return conds
-
-    def list_jobs(
-        self,
-        location: Location,
-        f: JobFilter,
-        *,
-        sort: str | None = None,
-        descending: bool = True,
-        page: int = 1,
-        page_size: int = 100,
-    ) -> Page:
-        sorts = SORTS[location]
-        key = sort or DEFAULT_SORT[location]
-        if key not in sorts:
-            raise JobValidationError(f"cannot sort {location.value} by {key!r}; choose one of {sorted(sorts)}")
-        if not 1 <= page_size <= limits.MAX_BULK_IDS:
-            raise JobValidationError(f"page_size must be 1..{limits.MAX_BULK_IDS}")
-        if page < 1:
-            raise JobValidationError("page starts at 1")
-        t = TABLES[location]
-        conds = self.where(location, f)
-        col = t.c[sorts[key]]
-        order = [col.desc() if descending else col.asc(), t.c.Id.desc() if descending else t.c.Id.asc()]
-
-        def work(c: Connection) -> Page:
-            total = c.execute(select(func.count()).select_from(t).where(*conds)).scalar_one()
-            rows = c.execute(
-                select(t).where(*conds).order_by(*order).offset((page - 1) * page_size).limit(page_size)
-            ).all()
-            return Page([MAPPERS[location](r) for r in rows], int(total), page, page_size)
-
-        return self.s.read(work, op=f"list_{location.value}")
-
-    def top_errors(self, limit: int = 10) -> list[dict[str, Any]]:
-        def work(c: Connection) -> list[dict[str, Any]]:
-            rows = c.execute(
-                select(
-                    jobs_dlq.c.Type,
-                    jobs_dlq.c.FailureReason,
-                    func.count().label("n"),
-                    func.max(jobs_dlq.c.FailedAtUtc).label("last"),
-                    func.max(jobs_dlq.c.Id).label("sample"),
-                )
-                .group_by(jobs_dlq.c.Type, jobs_dlq.c.FailureReason)
-                .order_by(func.count().desc())
-                .limit(limit)
-            ).all()
-            return [
-                {
-                    "type": r.Type,
-                    "failure_reason": FailureReason(r.FailureReason).label,
-                    "count": int(r.n),
-                    "last_failed_utc": r.last,
-                    "sample_id": r.sample,
-                }
-                for r in rows
-            ]
-
-        return self.s.read(work, op="top_errors")
-
-    def recent_rates(self, minutes: Sequence[int] = (1, 5, 15)) -> dict[str, dict[str, int]]:
-        """Jobs archived and dead-lettered in the last N minutes (served by the time indexes)."""
-
-        def work(c: Connection) -> dict[str, dict[str, int]]:
-            out: dict[str, dict[str, int]] = {}
-            for m in minutes:
-                since = utc_offset(seconds(-60.0 * m))
-                done = c.execute(
-                    select(func.count()).select_from(jobs_archive).where(jobs_archive.c.FinishedAtUtc >= since)
-                ).scalar_one()
-                dead = c.execute(
-                    select(func.count()).select_from(jobs_dlq).where(jobs_dlq.c.FailedAtUtc >= since)
-                ).scalar_one()
-                out[f"{m}m"] = {"succeeded": int(done), "failed": int(dead)}
-            return out
-
-        return self.s.read(work, op="recent_rates")
 
     # ------------------------------------------------------------------ edits
     def edit_pending(self, job_id: str, edit: JobEdit, actor: Actor) -> JobRecord:
@@ -445,7 +214,7 @@ class AdminStore:
         q: Select[Any] = select(t.c.Id).where(*inside).order_by(time_col, t.c.Id).limit(max_jobs)
         newest = c.execute(select(time_col, t.c.Id).where(*conds).order_by(time_col.desc(), t.c.Id.desc())
                            .limit(1)).first()
-        snap = _snapshot_text(newest[0], newest[1]) if newest is not None and newest[0] is not None else None
+        snap = snapshot_text(newest[0], newest[1]) if newest is not None and newest[0] is not None else None
         return int(total), [r[0] for r in c.execute(q).all()], snap
 
     @staticmethod
@@ -649,19 +418,6 @@ class AdminStore:
             return info
 
         return self.s.write(work, op="queue_update")
-
-
-def contains(col: ColumnElement[Any], needle: str, *, ignore_case: bool = False) -> ColumnElement[bool]:
-    """``col`` contains ``needle`` (LIKE, wildcards in ``needle`` escaped), the pattern built here.
-
-    Built in SQL (``'%' + ? + '%'``, ``lower(?)``) the parameter would be an operand SQL Server
-    has to guess the type of (see sqlfuncs.seconds).
-    """
-    escaped = needle.replace("/", "//").replace("%", "/%").replace("_", "/_")
-    if ignore_case:
-        return func.lower(col).like(f"%{escaped.lower()}%", escape="/")
-    return col.like(f"%{escaped}%", escape="/")
-
 
 def _filter_json(f: JobFilter | None) -> dict[str, Any] | None:
     if f is None:

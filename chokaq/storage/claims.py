@@ -4,7 +4,7 @@ a lock on their queue row so their limit holds."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,17 +73,9 @@ class Claimer:
         return self.queue_cache.limited(lambda work: self.tx.run(work, op="limited_queues", readonly=True, single=True))
 
     def fetch(
-        self,
-        worker_id: str,
-        limit: int,
-        queue_names: Sequence[str] | None = None,
-        *,
-        start: bool = False,
-        zombie_retry_types: Collection[str] = (),
-        skip: Collection[str] = (),
+        self, worker_id: str, limit: int, queue_names: Sequence[str] | None, opts: ClaimOptions
     ) -> list[JobRecord]:
         """See :meth:`Storage.fetch`."""
-        opts = ClaimOptions(start, tuple(zombie_retry_types), tuple(skip))
         claimed = self.tx.write_one(
             lambda c: run_claim(c, worker_id, limit, queue_names, limited=False, options=opts), op="fetch"
         )

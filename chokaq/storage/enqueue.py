@@ -4,10 +4,10 @@ when a replay follows a lost reply; the wake-ups go out after the commit."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from sqlalchemy import Connection, false, insert, literal_column, null, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql.elements import Null
 from ulid import ULID
 
 from chokaq.domain.models import EnqueueRequest
@@ -32,7 +32,7 @@ def bind(conn: Connection) -> Connection:
     return conn
 
 
-def _value_or_null(value: Any) -> Any:
+def _value_or_null(value: str | None) -> str | Null:
     """``value`` as a parameter, or NULL in the statement text when it is None."""
     return null() if value is None else value
 

@@ -32,6 +32,7 @@ from sqlalchemy import (
     Connection,
     DateTime,
     Integer,
+    Select,
     bindparam,
     case,
     cast,
@@ -116,7 +117,7 @@ def percentile_from_histogram(counts: dict[int, int], q: float) -> float | None:
     return WAIT_EDGES_MS[-1]
 
 
-def history_statements(queue: str | None) -> tuple[Any, Any]:
+def history_statements(queue: str | None) -> tuple[Select[Any], Select[Any]]:
     """The archive and DLQ statements (parameters ``h_start``, ``h_end``, ``h_size``, and ``h_queue``
     when ``queue`` is given). Exposed for the SQL Server compile test.
 

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Table, bindparam, cast, literal, null, select, union_all
+from sqlalchemy import CompoundSelect, Row, Table, bindparam, cast, literal, null, select, union_all
+from sqlalchemy.types import TypeEngine
 
 from chokaq.domain.models import JobRecord
 from chokaq.domain.states import Location
@@ -28,10 +29,10 @@ LOCATION_COLUMN = "Location_"
 
 
 @functools.cache
-def get_job_statement() -> Any:
+def get_job_statement() -> CompoundSelect[Any]:
     """``SELECT`` of every column any of the three tables has (NULL where a table lacks it), plus
     the table's name, for ``Id = :job_id``."""
-    types: dict[str, Any] = {}
+    types: dict[str, TypeEngine[Any]] = {}
     for _, t in TABLES:
         for col in t.columns:
             types.setdefault(col.name, col.type)
@@ -43,7 +44,7 @@ def get_job_statement() -> Any:
     return union_all(*parts)
 
 
-def record_from_union(rows: Sequence[Any]) -> JobRecord | None:
+def record_from_union(rows: Sequence[Row[Any]]) -> JobRecord | None:
     by_location = {Location(r._mapping[LOCATION_COLUMN]): r for r in rows}
     for loc, t in TABLES:
         row = by_location.get(loc)
@@ -55,7 +56,7 @@ def record_from_union(rows: Sequence[Any]) -> JobRecord | None:
 
 
 @functools.cache
-def stored_ids_statement() -> Any:
+def stored_ids_statement() -> CompoundSelect[Any]:
     """The ids among ``:stored_ids`` (a list) that are in any of the three tables: an enqueue
     replayed after a lost reply asks whether its first attempt committed, wherever its jobs have
     moved since (a fast job may already be archived)."""

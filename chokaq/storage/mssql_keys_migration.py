@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Column, Connection, Table, Unicode, text
+from sqlalchemy.engine import Dialect
 from sqlalchemy.schema import DDL, CreateIndex, DropIndex
 
 from chokaq.storage.schema import (
@@ -32,7 +33,7 @@ _COLUMNS = text(
 _PRIMARY_KEY = text("SELECT name FROM sys.key_constraints WHERE parent_object_id = OBJECT_ID(:t) AND type = 'PK'")
 
 
-def _wanted(column: Column[Any], dialect: Any) -> tuple[str, str | None] | None:
+def _wanted(column: Column[Any], dialect: Dialect) -> tuple[str, str | None] | None:
     """(type name, collation or None for the database default) this column should have."""
     # The mssql variant of the column's type (dialect_impl() answers with the base type's impl).
     impl = getattr(column.type, "_variant_mapping", {}).get(dialect.name, column.type)

@@ -16,12 +16,13 @@ and its ODBC driver reward different shapes:
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import Integer, Select, Table, UnicodeText, bindparam, column, text
 from sqlalchemy.dialects import mssql
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.base import Executable
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement, ColumnElement
 from sqlalchemy.sql.selectable import Subquery
 from sqlalchemy.sql.visitors import InternalTraversal
@@ -32,7 +33,7 @@ from chokaq.storage.sqlfuncs import mssql_type_and_collation
 _DIALECT = mssql.dialect()  # type: ignore[no-untyped-call]
 
 
-def mssql_type(col: Any, *, collation: bool = True) -> str:
+def mssql_type(col: ColumnElement[Any], *, collation: bool = True) -> str:
     """The column's SQL Server type as DDL renders it. ``collation=False`` drops a COLLATE clause,
     for CAST and OPENJSON's WITH, which take none (the column's own collation then wins the
     comparison). A table variable keeps it: two different column collations cannot be compared."""
@@ -41,7 +42,7 @@ def mssql_type(col: Any, *, collation: bool = True) -> str:
     return sqltype if collation else re.sub(r"\s+COLLATE\s+\S+", "", sqltype)
 
 
-def lease_rowset(id_col: Any, name: str = "lease") -> Subquery:
+def lease_rowset(id_col: ColumnElement[Any], name: str = "lease") -> Subquery:
     """``(SELECT Id, Attempt FROM OPENJSON(?) WITH (...)) AS lease``: a worker's leases as one
     typed rowset, bound as a JSON array of ``[id, attempt]`` pairs (see :func:`lease_json`)."""
     sqltype, collate = mssql_type_and_collation(_DIALECT, id_col.type)
@@ -89,7 +90,7 @@ class CteUpdate(Executable, ClauseElement):
 
 
 @compiles(CteUpdate, "mssql")
-def _cte_update(element: CteUpdate, compiler: Any, **kw: Any) -> str:
+def _cte_update(element: CteUpdate, compiler: SQLCompiler, **kw: Any) -> str:
     q = compiler.preparer.quote
     ctes = []
     if element.pick is not None:
@@ -102,7 +103,7 @@ def _cte_update(element: CteUpdate, compiler: Any, **kw: Any) -> str:
 
 
 @compiles(CteUpdate)
-def _cte_update_other(element: CteUpdate, compiler: Any, **kw: Any) -> str:
+def _cte_update_other(element: CteUpdate, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError("CteUpdate is SQL Server's claim shape")
 
 
@@ -131,7 +132,7 @@ class MoveBatch(Executable, ClauseElement):
 
 
 @compiles(MoveBatch, "mssql")
-def _move_batch(element: MoveBatch, compiler: Any, **kw: Any) -> str:
+def _move_batch(element: MoveBatch, compiler: SQLCompiler, **kw: Any) -> str:
     prep = compiler.preparer
     source = prep.format_table(element.source)
     target = prep.format_table(element.target)
@@ -164,5 +165,5 @@ def _move_batch(element: MoveBatch, compiler: Any, **kw: Any) -> str:
 
 
 @compiles(MoveBatch)
-def _move_batch_other(element: MoveBatch, compiler: Any, **kw: Any) -> str:
+def _move_batch_other(element: MoveBatch, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError("MoveBatch is SQL Server's move shape")

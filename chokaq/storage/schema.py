@@ -35,7 +35,10 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy.dialects import mssql
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import DDLCompiler, GenericTypeCompiler
+from sqlalchemy.types import TypeEngine
 
 from chokaq.domain import limits
 
@@ -71,25 +74,25 @@ def _with_collation(rendered: str, kw: dict[str, Any]) -> str:
 
 
 @compiles(MssqlKey, "mssql")
-def _compile_key(type_: MssqlKey, compiler: Any, **kw: Any) -> str:
+def _compile_key(type_: MssqlKey, compiler: GenericTypeCompiler, **kw: Any) -> str:
     return _with_collation(compiler.visit_NVARCHAR(type_, **kw), kw)
 
 
 @compiles(MssqlAsciiKey, "mssql")
-def _compile_ascii_key(type_: MssqlAsciiKey, compiler: Any, **kw: Any) -> str:
+def _compile_ascii_key(type_: MssqlAsciiKey, compiler: GenericTypeCompiler, **kw: Any) -> str:
     return _with_collation(compiler.visit_VARCHAR(type_, **kw), kw)
 
 
-def Key(length: int) -> Any:
+def Key(length: int) -> TypeEngine[str]:
     """A key users supply (queue, type, idempotency key, worker id)."""
     return String(length).with_variant(MssqlKey(length), "mssql")
 
 
-def IdKey(length: int) -> Any:
+def IdKey(length: int) -> TypeEngine[str]:
     return String(length).with_variant(MssqlAsciiKey(length), "mssql")
 
 
-def sequential_key_supported(dialect: Any) -> bool:
+def sequential_key_supported(dialect: Dialect) -> bool:
     """OPTIMIZE_FOR_SEQUENTIAL_KEY exists from SQL Server 2019 (15.x) and on Azure SQL, which reports
     12.x. 2016/2017 (13.x, 14.x) lack it; the scripts (no server known) carry it."""
     version = getattr(dialect, "server_version_info", None)
@@ -97,7 +100,7 @@ def sequential_key_supported(dialect: Any) -> bool:
 
 
 @compiles(PrimaryKeyConstraint, "mssql")
-def _compile_primary_key(constraint: PrimaryKeyConstraint, compiler: Any, **kw: Any) -> str:
+def _compile_primary_key(constraint: PrimaryKeyConstraint, compiler: DDLCompiler, **kw: Any) -> str:
     text_ = str(compiler.visit_primary_key_constraint(constraint, **kw))
     table = constraint.table
     if not text_ or not table.info.get(SEQUENTIAL_KEY):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import BigInteger, Boolean, DateTime, Float, Integer, Select, UnicodeText, bindparam, cast
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.selectable import FromClause
@@ -31,23 +32,23 @@ class utcnow(FunctionElement[Any]):
 
 
 @compiles(utcnow)
-def _utcnow_default(element: utcnow, compiler: Any, **kw: Any) -> str:
+def _utcnow_default(element: utcnow, compiler: SQLCompiler, **kw: Any) -> str:
     return "CURRENT_TIMESTAMP"
 
 
 @compiles(utcnow, "mssql")
-def _utcnow_mssql(element: utcnow, compiler: Any, **kw: Any) -> str:
+def _utcnow_mssql(element: utcnow, compiler: SQLCompiler, **kw: Any) -> str:
     return "SYSUTCDATETIME()"
 
 
 @compiles(utcnow, "postgresql")
-def _utcnow_pg(element: utcnow, compiler: Any, **kw: Any) -> str:
+def _utcnow_pg(element: utcnow, compiler: SQLCompiler, **kw: Any) -> str:
     # clock_timestamp, not now(): a long transaction must not stamp stale times.
     return "(clock_timestamp() AT TIME ZONE 'UTC')"
 
 
 @compiles(utcnow, "sqlite")
-def _utcnow_sqlite(element: utcnow, compiler: Any, **kw: Any) -> str:
+def _utcnow_sqlite(element: utcnow, compiler: SQLCompiler, **kw: Any) -> str:
     return f"strftime('{SQLITE_TS_FORMAT}', 'now')"
 
 
@@ -77,13 +78,13 @@ class utc_offset(FunctionElement[Any]):
         super().__init__(seconds)
 
 
-def _arg(element: utc_offset, compiler: Any, **kw: Any) -> str:
+def _arg(element: utc_offset, compiler: SQLCompiler, **kw: Any) -> str:
     (seconds,) = list(element.clauses)
     return str(compiler.process(seconds, **kw))
 
 
 @compiles(utc_offset, "mssql")
-def _offset_mssql(element: utc_offset, compiler: Any, **kw: Any) -> str:
+def _offset_mssql(element: utc_offset, compiler: SQLCompiler, **kw: Any) -> str:
     # DATEADD takes an int: whole seconds (a year of delay fits) plus the millisecond remainder.
     x = _arg(element, compiler, **kw)
     return (
@@ -93,7 +94,7 @@ def _offset_mssql(element: utc_offset, compiler: Any, **kw: Any) -> str:
 
 
 @compiles(utc_offset, "postgresql")
-def _offset_pg(element: utc_offset, compiler: Any, **kw: Any) -> str:
+def _offset_pg(element: utc_offset, compiler: SQLCompiler, **kw: Any) -> str:
     return (
         "((clock_timestamp() AT TIME ZONE 'UTC') + "
         f"make_interval(secs => CAST(({_arg(element, compiler, **kw)}) AS DOUBLE PRECISION)))"
@@ -101,12 +102,12 @@ def _offset_pg(element: utc_offset, compiler: Any, **kw: Any) -> str:
 
 
 @compiles(utc_offset, "sqlite")
-def _offset_sqlite(element: utc_offset, compiler: Any, **kw: Any) -> str:
+def _offset_sqlite(element: utc_offset, compiler: SQLCompiler, **kw: Any) -> str:
     return f"strftime('{SQLITE_TS_FORMAT}', 'now', ({_arg(element, compiler, **kw)}) || ' seconds')"
 
 
 @compiles(utc_offset)
-def _offset_default(element: utc_offset, compiler: Any, **kw: Any) -> str:
+def _offset_default(element: utc_offset, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError(f"utc_offset is not implemented for {compiler.dialect.name}")
 
 
@@ -169,7 +170,7 @@ def _pair(element: FunctionElement[Any], compiler: Any, **kw: Any) -> tuple[str,
 
 
 @compiles(in_list, "postgresql")
-def _in_list_pg(element: in_list, compiler: Any, **kw: Any) -> str:
+def _in_list_pg(element: in_list, compiler: SQLCompiler, **kw: Any) -> str:
     col, param, _ = _pair(element, compiler, **kw)
     return f"{col} = ANY({param})"
 
@@ -191,7 +192,7 @@ def mssql_type_and_collation(dialect: Dialect, type_: TypeEngine[Any]) -> tuple[
 
 
 @compiles(in_list, "mssql")
-def _in_list_mssql(element: in_list, compiler: Any, **kw: Any) -> str:
+def _in_list_mssql(element: in_list, compiler: SQLCompiler, **kw: Any) -> str:
     col, param, column = _pair(element, compiler, **kw)
     # OPENJSON yields NVARCHAR(MAX); cast to the column's own type or the seek becomes a scan, and
     # to its collation, or a BIN2 key column cannot be compared with it (see above).
@@ -201,13 +202,13 @@ def _in_list_mssql(element: in_list, compiler: Any, **kw: Any) -> str:
 
 
 @compiles(in_list, "sqlite")
-def _in_list_sqlite(element: in_list, compiler: Any, **kw: Any) -> str:
+def _in_list_sqlite(element: in_list, compiler: SQLCompiler, **kw: Any) -> str:
     col, param, _ = _pair(element, compiler, **kw)
     return f"{col} IN (SELECT value FROM json_each({param}))"
 
 
 @compiles(in_list)
-def _in_list_default(element: in_list, compiler: Any, **kw: Any) -> str:
+def _in_list_default(element: in_list, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError(f"in_list is not implemented for {compiler.dialect.name}")
 
 
@@ -224,7 +225,7 @@ class lookup_int(FunctionElement[int]):
 
 
 @compiles(lookup_int, "postgresql")
-def _lookup_pg(element: lookup_int, compiler: Any, **kw: Any) -> str:
+def _lookup_pg(element: lookup_int, compiler: SQLCompiler, **kw: Any) -> str:
     key, param, _ = _pair(element, compiler, **kw)
     # A scalar subquery is evaluated once per statement (an InitPlan); a bare cast of the
     # parameter is parsed again for every row once the statement runs from a generic plan.
@@ -232,19 +233,19 @@ def _lookup_pg(element: lookup_int, compiler: Any, **kw: Any) -> str:
 
 
 @compiles(lookup_int, "mssql")
-def _lookup_mssql(element: lookup_int, compiler: Any, **kw: Any) -> str:
+def _lookup_mssql(element: lookup_int, compiler: SQLCompiler, **kw: Any) -> str:
     key, param, _ = _pair(element, compiler, **kw)
     return f"CAST(JSON_VALUE(CAST({param} AS NVARCHAR(max)), CONCAT('$.\"', {key}, '\"')) AS BIGINT)"
 
 
 @compiles(lookup_int, "sqlite")
-def _lookup_sqlite(element: lookup_int, compiler: Any, **kw: Any) -> str:
+def _lookup_sqlite(element: lookup_int, compiler: SQLCompiler, **kw: Any) -> str:
     key, param, _ = _pair(element, compiler, **kw)
     return f"CAST(json_extract({param}, '$.\"' || {key} || '\"') AS INTEGER)"
 
 
 @compiles(lookup_int)
-def _lookup_default(element: lookup_int, compiler: Any, **kw: Any) -> str:
+def _lookup_default(element: lookup_int, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError(f"lookup_int is not implemented for {compiler.dialect.name}")
 
 
@@ -266,21 +267,21 @@ class whole_seconds_since(FunctionElement[int]):
 
 
 @compiles(whole_seconds_since, "postgresql")
-def _since_pg(element: whole_seconds_since, compiler: Any, **kw: Any) -> str:
+def _since_pg(element: whole_seconds_since, compiler: SQLCompiler, **kw: Any) -> str:
     col, start, _ = _pair(element, compiler, **kw)
     # date_part is double precision; EXTRACT is numeric since PostgreSQL 14, slow per row.
     return f"CAST(FLOOR(date_part('epoch', {col} - {start})) AS BIGINT)"
 
 
 @compiles(whole_seconds_since, "mssql")
-def _since_mssql(element: whole_seconds_since, compiler: Any, **kw: Any) -> str:
+def _since_mssql(element: whole_seconds_since, compiler: SQLCompiler, **kw: Any) -> str:
     # DATEDIFF counts second boundaries crossed: from a whole-second start that is the floor.
     col, start, _ = _pair(element, compiler, **kw)
     return f"DATEDIFF_BIG(SECOND, {start}, {col})"
 
 
 @compiles(whole_seconds_since, "sqlite")
-def _since_sqlite(element: whole_seconds_since, compiler: Any, **kw: Any) -> str:
+def _since_sqlite(element: whole_seconds_since, compiler: SQLCompiler, **kw: Any) -> str:
     # strftime('%s') is integer epoch seconds: exact at bucket edges, where julianday() floats
     # could put a row stamped on the edge into the bucket before.
     col, start, _ = _pair(element, compiler, **kw)
@@ -288,7 +289,7 @@ def _since_sqlite(element: whole_seconds_since, compiler: Any, **kw: Any) -> str
 
 
 @compiles(whole_seconds_since)
-def _since_default(element: whole_seconds_since, compiler: Any, **kw: Any) -> str:
+def _since_default(element: whole_seconds_since, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError(f"whole_seconds_since is not implemented for {compiler.dialect.name}")
 
 
@@ -303,25 +304,25 @@ class millis_between(FunctionElement[float]):
 
 
 @compiles(millis_between, "postgresql")
-def _millis_pg(element: millis_between, compiler: Any, **kw: Any) -> str:
+def _millis_pg(element: millis_between, compiler: SQLCompiler, **kw: Any) -> str:
     a, b, _ = _pair(element, compiler, **kw)
     return f"(date_part('epoch', {b} - {a}) * 1000.0)"
 
 
 @compiles(millis_between, "mssql")
-def _millis_mssql(element: millis_between, compiler: Any, **kw: Any) -> str:
+def _millis_mssql(element: millis_between, compiler: SQLCompiler, **kw: Any) -> str:
     a, b, _ = _pair(element, compiler, **kw)
     return f"CAST(DATEDIFF_BIG(MILLISECOND, {a}, {b}) AS FLOAT)"
 
 
 @compiles(millis_between, "sqlite")
-def _millis_sqlite(element: millis_between, compiler: Any, **kw: Any) -> str:
+def _millis_sqlite(element: millis_between, compiler: SQLCompiler, **kw: Any) -> str:
     a, b, _ = _pair(element, compiler, **kw)
     return f"((julianday({b}) - julianday({a})) * 86400000.0)"
 
 
 @compiles(millis_between)
-def _millis_default(element: millis_between, compiler: Any, **kw: Any) -> str:
+def _millis_default(element: millis_between, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError(f"millis_between is not implemented for {compiler.dialect.name}")
 
 
@@ -341,27 +342,27 @@ class wait_bin(FunctionElement[int]):
         super().__init__(ms)
 
 
-def _ms(element: wait_bin, compiler: Any, **kw: Any) -> str:
+def _ms(element: wait_bin, compiler: SQLCompiler, **kw: Any) -> str:
     (ms,) = list(element.clauses)
     return str(compiler.process(ms, **kw))
 
 
 @compiles(wait_bin, "postgresql")
-def _wait_bin_pg(element: wait_bin, compiler: Any, **kw: Any) -> str:
+def _wait_bin_pg(element: wait_bin, compiler: SQLCompiler, **kw: Any) -> str:
     w = _ms(element, compiler, **kw)
     return (f"CASE WHEN {w} < 1 THEN 0 ELSE LEAST(CAST(FLOOR(LOG({w}) * {WAIT_BINS_PER_DECADE}) AS INTEGER) + 1, "
             f"{WAIT_TOP_BIN}) END")
 
 
 @compiles(wait_bin, "mssql")
-def _wait_bin_mssql(element: wait_bin, compiler: Any, **kw: Any) -> str:
+def _wait_bin_mssql(element: wait_bin, compiler: SQLCompiler, **kw: Any) -> str:
     w = _ms(element, compiler, **kw)
     return (f"CASE WHEN {w} < 1 THEN 0 WHEN {w} >= 1e8 THEN {WAIT_TOP_BIN} "
             f"ELSE CAST(FLOOR(LOG10({w}) * {WAIT_BINS_PER_DECADE}) AS INT) + 1 END")
 
 
 @compiles(wait_bin, "sqlite")
-def _wait_bin_sqlite(element: wait_bin, compiler: Any, **kw: Any) -> str:
+def _wait_bin_sqlite(element: wait_bin, compiler: SQLCompiler, **kw: Any) -> str:
     w = _ms(element, compiler, **kw)
     edges = [10 ** (k / WAIT_BINS_PER_DECADE) for k in range(WAIT_TOP_BIN)]
 
@@ -376,5 +377,5 @@ def _wait_bin_sqlite(element: wait_bin, compiler: Any, **kw: Any) -> str:
 
 
 @compiles(wait_bin)
-def _wait_bin_default(element: wait_bin, compiler: Any, **kw: Any) -> str:
+def _wait_bin_default(element: wait_bin, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError(f"wait_bin is not implemented for {compiler.dialect.name}")

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Table, select
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy import Connection, Engine, Row, select
 
 from chokaq.domain.keys import check_key
 from chokaq.domain.models import EnqueueRequest, JobRecord, Lease, QueueInfo, QueueStats, SweepResult
@@ -26,9 +25,10 @@ from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.settings import StorageSettings
 from chokaq.storage import moving
 from chokaq.storage import statements as st
-from chokaq.storage.claims import Claimer
+from chokaq.storage.claims import Claimer, ClaimOptions
 from chokaq.storage.engine import build_engine
-from chokaq.storage.enqueue import Enqueuer, bind, new_job_id
+from chokaq.storage.enqueue import Enqueuer, new_job_id
+from chokaq.storage.enqueue import bind as _bind
 from chokaq.storage.lookup import get_job_statement, record_from_union
 from chokaq.storage.lost_replies import LostReplies
 from chokaq.storage.moving import run_move, runs_alone
@@ -37,10 +37,11 @@ from chokaq.storage.queues import UNSET, Override, QueueCache, queue_values, rea
 from chokaq.storage.records import hot_record
 from chokaq.storage.schema import jobs_archive, jobs_dlq, jobs_hot
 from chokaq.storage.sqlfuncs import utcnow
-from chokaq.storage.statements import FETCHED, PROCESSING, MoveStatements, StatsCounter, fence_params
+from chokaq.storage.statements import FETCHED, PROCESSING, MoveStatements, fence_params
 from chokaq.storage.statistics import STATISTICS_MIN_AGE, refresh_statistics
 from chokaq.storage.transactions import Ambiguity, Transactions
-from chokaq.storage.wakeups import Announcer, Wakeups, notify
+from chokaq.storage.wakeups import Announcer, Wakeups
+from chokaq.storage.wakeups import notify as _notify
 
 T = TypeVar("T")
 __all__ = ["Completion", "StartResult", "Storage", "new_job_id"]
@@ -50,6 +51,10 @@ __all__ = ["Completion", "StartResult", "Storage", "new_job_id"]
 class Completion:
     lease: Lease
     duration_ms: int
+
+
+# What a start stamps on a job: (attempt, started at, heartbeat, last updated, ZombieRetry).
+_Started = tuple[int, datetime | None, datetime | None, datetime | None, bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,11 +148,8 @@ class Storage:
         """After a commit that stored new Pending work: wake this process's workers and announcers."""
         self.wakeups.announce(due)
 
-    @staticmethod
-    def notify(conn: Connection, queue: str) -> None:
-        """Inside a transaction that stores new Pending work on ``queue``: wake other processes'
-        workers when it commits (PostgreSQL NOTIFY; nothing elsewhere)."""
-        notify(conn, queue)
+    # Inside a transaction that stores new Pending work: wakes other processes' workers on commit.
+    notify = staticmethod(_notify)
 
     def ping(self) -> datetime:
         """Round trip to the database; returns its UTC clock."""
@@ -166,19 +168,14 @@ class Storage:
         return self.tx.retrying(lambda: upgrade(self.engine), op="upgrade")
 
     # ------------------------------------------------------------------ helpers
-    @staticmethod
-    def bind(conn: Connection) -> Connection:
-        """Prepare a caller's connection for our tables (SQLite has no schemas)."""
-        return bind(conn)
+    # Prepare a caller's connection for our tables (SQLite has no schemas).
+    bind = staticmethod(_bind)
 
     def ensure_queue(self, conn: Connection, name: str) -> None:
         """Create the queue row unless this process has seen it (see :class:`QueueCache`)."""
         self.queue_cache.ensure(conn, name)
 
-    @staticmethod
-    def bump_stats(conn: Connection, column: StatsCounter, per_queue: Counter[str], sign: int = 1) -> None:
-        """Add to one StatsSummary counter per queue, creating the row when it is missing."""
-        moving.bump_stats(conn, column, per_queue, sign)
+    bump_stats = staticmethod(moving.bump_stats)
 
     # ------------------------------------------------------------------ enqueue
     def enqueue(
@@ -217,9 +214,8 @@ class Storage:
         Paused queues are skipped. Queues with MaxWorkers are claimed separately under a lock on
         their queue row, so the count of their Fetched and Processing jobs never passes the limit.
         """
-        return self._claimer.fetch(
-            worker_id, limit, queue_names, start=start, zombie_retry_types=zombie_retry_types, skip=skip
-        )
+        options = ClaimOptions(start, tuple(zombie_retry_types), tuple(skip))
+        return self._claimer.fetch(worker_id, limit, queue_names, options)
 
     def start(self, worker_id: str, jobs: Sequence[JobRecord], zombie_retry_types: Collection[str] = ()) -> StartResult:
         """Fetched -> Processing for jobs this worker fetched: the last ownership check before user
@@ -234,7 +230,7 @@ class Storage:
             params["zombie_types"] = list(zombie_retry_types)
         stmt = st.start_statement(groups, bool(zombie_retry_types))
 
-        def work(c: Connection) -> list[Any]:
+        def work(c: Connection) -> list[Row[Any]]:
             return list(c.execute(stmt, params))
 
         by_id = {j.id: j for j in jobs}
@@ -242,7 +238,7 @@ class Storage:
         # call has succeeded: a follow-up read or release that fails sends the batch back to the
         # worker's buffer, and records already saying Processing at the next attempt would then
         # fence the retried start out (the job stranded Processing, never run).
-        fresh: dict[str, tuple[int, Any, Any, Any, bool]] = {}
+        fresh: dict[str, _Started] = {}
         for job_id, attempt, started_at, heartbeat, updated, zombie_retry in self.write_one(work, op="start"):
             fresh[job_id] = (attempt, started_at, heartbeat, updated, bool(zombie_retry))
         rest = [lease for lease in leases if lease.job_id not in fresh]
@@ -296,23 +292,9 @@ class Storage:
         return self.write_one(work, op="heartbeat")
 
     # ------------------------------------------------------------------ finishing moves
-    @staticmethod
-    def move_rows(
-        c: Connection,
-        source: Table,
-        where: ColumnElement[bool],
-        target: Table,
-        changes: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-        stamps: dict[str, Any] | None = None,
-    ) -> list[dict[str, Any]]:
-        """Move rows through Python inside the caller's transaction (see :func:`moving.move_rows`)."""
-        return moving.move_rows(c, source, where, target, changes, stamps)
-
-    @staticmethod
-    def move_in_db(c: Connection, move: MoveStatements, params: dict[str, Any]) -> list[tuple[str, str]]:
-        """A move's portable form (copy, then delete) inside the caller's transaction, its counter
-        not bumped (see :func:`moving.move_in_db`). Returns ``(Id, Queue)`` of each moved row."""
-        return moving.move_in_db(c, move, params)
+    # Inside the caller's transaction (admin's operator moves): see moving.py.
+    move_rows = staticmethod(moving.move_rows)
+    move_in_db = staticmethod(moving.move_in_db)
 
     def move(self, move: MoveStatements, params: dict[str, Any], *, op: str) -> list[tuple[str, str]]:
         """Run a move and bump its counter atomically. Returns ``(Id, Queue)`` of each moved row."""

@@ -100,10 +100,10 @@ class Transactions:
             if single and self.autocommit is not None:
                 with self.autocommit.connect() as conn:
                     # From here on a failure may come after the server ran the statement.
-                    self._local.sent = not readonly
+                    self.sending(writes=not readonly)
                     return fn(conn)
             with self.engine.connect() as raw:
-                self._local.sent = not readonly
+                self.sending(writes=not readonly)
                 if single and self.dialect != "sqlite":
                     return fn(raw.execution_options(isolation_level="AUTOCOMMIT"))
                 conn = raw.execution_options(chokaq_readonly=True) if readonly else raw
@@ -111,6 +111,13 @@ class Transactions:
                     return fn(conn)
 
         return self.retrying(attempt, op=op)
+
+    def sending(self, *, writes: bool) -> None:
+        """Inside an attempt: a statement is about to reach the server. From here on a failed
+        write may have run there (see :meth:`retrying`). :meth:`run` calls it; so must any other
+        runner of statements inside :meth:`retrying` (a raw driver path), or a lost reply would be
+        taken for a clean failure."""
+        self._local.sent = writes
 
     def retrying(self, once: Callable[[], T], *, op: str) -> T:
         """Call ``once`` until it succeeds, a non-transient error, or ``transient_retries`` replays."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import exists, literal_column, null, true, update
 from sqlalchemy.sql.dml import ReturningUpdate
+from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.storage.schema import jobs_hot, queues
 from chokaq.storage.sqlfuncs import seconds, utc_offset, utcnow
@@ -47,19 +48,25 @@ def release_statement(groups: int) -> ReturningUpdate[Any]:
     )
 
 
+def back_to_pending(due: ColumnElement[Any]) -> dict[str, ColumnElement[Any]]:
+    """A running job made Pending again, due at ``due``: no owner, no heartbeat. (The SET clause
+    renders in the table's column order, whatever the order here.)"""
+    return {
+        "Status": literal_column(str(PENDING)),
+        "WorkerId": null(),
+        "HeartbeatUtc": null(),
+        "ScheduledAtUtc": due,
+        "LastUpdatedUtc": utcnow(),
+    }
+
+
 @functools.lru_cache(maxsize=32)
 def retry_statement(groups: int) -> ReturningUpdate[Any]:
     """Processing -> Pending, due ``retry_delay`` seconds from now."""
     return (
         update(jobs_hot)
         .where(fence(groups, PROCESSING))
-        .values(
-            Status=literal_column(str(PENDING)),
-            WorkerId=null(),
-            HeartbeatUtc=null(),
-            ScheduledAtUtc=utc_offset(seconds(name="retry_delay")),
-            LastUpdatedUtc=utcnow(),
-        )
+        .values(back_to_pending(utc_offset(seconds(name="retry_delay"))))
         .returning(jobs_hot.c.Queue)
     )
 
@@ -67,16 +74,10 @@ def retry_statement(groups: int) -> ReturningUpdate[Any]:
 @functools.lru_cache(maxsize=32)
 def reschedule_statement(groups: int) -> ReturningUpdate[Any]:
     """Processing -> Pending at once, the attempt given back (a handler stopped on shutdown)."""
+    given_back = {"AttemptCount": jobs_hot.c.AttemptCount - literal_column("1")}
     return (
         update(jobs_hot)
         .where(fence(groups, PROCESSING))
-        .values(
-            Status=literal_column(str(PENDING)),
-            WorkerId=null(),
-            HeartbeatUtc=null(),
-            AttemptCount=jobs_hot.c.AttemptCount - literal_column("1"),
-            ScheduledAtUtc=utcnow(),
-            LastUpdatedUtc=utcnow(),
-        )
+        .values({**back_to_pending(utcnow()), **given_back})
         .returning(jobs_hot.c.Id)
     )

@@ -12,6 +12,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.storage.schema import jobs_hot, queues
 from chokaq.storage.sqlfuncs import ListParam, in_list, seconds, utc_offset, utcnow
+from chokaq.storage.statements.leases import back_to_pending
 from chokaq.storage.statements.moves import MoveStatements, zombie_statements
 from chokaq.storage.statements.status import FETCHED, PENDING, PROCESSING, status_is
 
@@ -52,13 +53,7 @@ def sweep_statements(fetched_timeout: float, zombie_timeout: float, max_attempts
     retry = (
         update(jobs_hot)
         .where(hot.Id.in_(first(and_(expired, retryable))), expired, retryable)
-        .values(
-            Status=literal_column(str(PENDING)),
-            WorkerId=null(),
-            HeartbeatUtc=null(),
-            ScheduledAtUtc=utcnow(),
-            LastUpdatedUtc=utcnow(),
-        )
+        .values(back_to_pending(utcnow()))
         .returning(hot.Queue)
     )
     # Ids first, then the move by those ids (with ``expired`` checked again): the copy and the

@@ -1,0 +1,215 @@
+"""Operator reads: jobs by filter and sort in each table, the audit trail, top errors, recent rates."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Table, func, or_, select
+from sqlalchemy.sql.elements import ColumnElement
+
+from chokaq.domain import limits
+from chokaq.domain.errors import JobValidationError
+from chokaq.domain.states import FailureReason, Location
+from chokaq.storage.admin_types import JobFilter, Page
+from chokaq.storage.records import archive_record, dlq_record, hot_record
+from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot
+from chokaq.storage.sqlfuncs import seconds, utc_offset
+from chokaq.storage.statements import status_is
+from chokaq.storage.store import Storage
+
+# Sort keys a client may name, per table. Anything else is refused before SQL is built.
+SORTS: dict[Location, dict[str, str]] = {
+    Location.HOT: {
+        "created": "CreatedAtUtc",
+        "scheduled": "ScheduledAtUtc",
+        "priority": "Priority",
+        "queue": "Queue",
+        "type": "Type",
+        "status": "Status",
+        "attempts": "AttemptCount",
+        "updated": "LastUpdatedUtc",
+        "id": "Id",
+    },
+    Location.ARCHIVE: {
+        "finished": "FinishedAtUtc",
+        "created": "CreatedAtUtc",
+        "queue": "Queue",
+        "type": "Type",
+        "duration": "DurationMs",
+        "attempts": "AttemptCount",
+        "id": "Id",
+    },
+    Location.DLQ: {
+        "failed": "FailedAtUtc",
+        "created": "CreatedAtUtc",
+        "queue": "Queue",
+        "type": "Type",
+        "reason": "FailureReason",
+        "attempts": "AttemptCount",
+        "id": "Id",
+    },
+}
+DEFAULT_SORT = {Location.HOT: "created", Location.ARCHIVE: "finished", Location.DLQ: "failed"}
+TIME_COLUMN = {Location.HOT: "CreatedAtUtc", Location.ARCHIVE: "FinishedAtUtc", Location.DLQ: "FailedAtUtc"}
+TABLES: dict[Location, Table] = {Location.HOT: jobs_hot, Location.ARCHIVE: jobs_archive, Location.DLQ: jobs_dlq}
+MAPPERS = {Location.HOT: hot_record, Location.ARCHIVE: archive_record, Location.DLQ: dlq_record}
+
+
+class JobListing:
+    """The reads behind the Deck's tables and the CLI's listings; :class:`AdminStore` adds actions."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.s = storage
+
+    def list_audit(
+        self, *, job_id: str | None = None, actor: str | None = None, page: int = 1, page_size: int = 100
+    ) -> tuple[list[dict[str, Any]], int]:
+        conds: list[ColumnElement[bool]] = []
+        if job_id:
+            conds.append(contains(audit_log.c.JobIds, json.dumps(job_id)))
+        if actor:
+            conds.append(audit_log.c.Actor == actor)
+
+        def work(c: Connection) -> tuple[list[dict[str, Any]], int]:
+            total = c.execute(select(func.count()).select_from(audit_log).where(*conds)).scalar_one()
+            rows = c.execute(
+                select(audit_log)
+                .where(*conds)
+                .order_by(audit_log.c.Id.desc())
+                .offset((page - 1) * page_size)
+                .limit(page_size)
+            ).all()
+            out = [
+                {
+                    "id": r.Id,
+                    "at_utc": r.AtUtc,
+                    "actor": r.Actor,
+                    "role": r.Role,
+                    "action": r.Action,
+                    "job_ids": json.loads(r.JobIds) if r.JobIds else [],
+                    "job_count": r.JobCount,
+                    "details": json.loads(r.Details) if r.Details else None,
+                }
+                for r in rows
+            ]
+            return out, int(total)
+
+        return self.s.read(work, op="list_audit")
+
+    # ------------------------------------------------------------------ listing
+    @staticmethod
+    def where(location: Location, f: JobFilter) -> list[ColumnElement[bool]]:
+        t = TABLES[location]
+        conds: list[ColumnElement[bool]] = []
+        if f.queue:
+            conds.append(t.c.Queue == f.queue)
+        if f.type:
+            conds.append(t.c.Type == f.type)
+        if f.status is not None and location is Location.HOT:
+            conds.append(status_is(t.c.Status, int(f.status)))
+        if f.failure_reason is not None and location is Location.DLQ:
+            conds.append(t.c.FailureReason == int(f.failure_reason))
+        if f.tag:
+            conds.append(contains(t.c.Tags, f.tag))
+        ts = t.c[TIME_COLUMN[location]]
+        if f.from_utc:
+            conds.append(ts >= f.from_utc)
+        if f.to_utc:
+            conds.append(ts <= f.to_utc)
+        if f.search:
+            fields = [t.c.Id, t.c.Type, t.c.Tags]
+            if location is Location.DLQ:
+                fields.append(t.c.ErrorDetails)
+            conds.append(or_(*(contains(col, f.search, ignore_case=True) for col in fields)))
+        return conds
+
+    def list_jobs(
+        self,
+        location: Location,
+        f: JobFilter,
+        *,
+        sort: str | None = None,
+        descending: bool = True,
+        page: int = 1,
+        page_size: int = 100,
+    ) -> Page:
+        sorts = SORTS[location]
+        key = sort or DEFAULT_SORT[location]
+        if key not in sorts:
+            raise JobValidationError(f"cannot sort {location.value} by {key!r}; choose one of {sorted(sorts)}")
+        if not 1 <= page_size <= limits.MAX_BULK_IDS:
+            raise JobValidationError(f"page_size must be 1..{limits.MAX_BULK_IDS}")
+        if page < 1:
+            raise JobValidationError("page starts at 1")
+        t = TABLES[location]
+        conds = self.where(location, f)
+        col = t.c[sorts[key]]
+        order = [col.desc() if descending else col.asc(), t.c.Id.desc() if descending else t.c.Id.asc()]
+
+        def work(c: Connection) -> Page:
+            total = c.execute(select(func.count()).select_from(t).where(*conds)).scalar_one()
+            rows = c.execute(
+                select(t).where(*conds).order_by(*order).offset((page - 1) * page_size).limit(page_size)
+            ).all()
+            return Page([MAPPERS[location](r) for r in rows], int(total), page, page_size)
+
+        return self.s.read(work, op=f"list_{location.value}")
+
+    def top_errors(self, limit: int = 10) -> list[dict[str, Any]]:
+        def work(c: Connection) -> list[dict[str, Any]]:
+            rows = c.execute(
+                select(
+                    jobs_dlq.c.Type,
+                    jobs_dlq.c.FailureReason,
+                    func.count().label("n"),
+                    func.max(jobs_dlq.c.FailedAtUtc).label("last"),
+                    func.max(jobs_dlq.c.Id).label("sample"),
+                )
+                .group_by(jobs_dlq.c.Type, jobs_dlq.c.FailureReason)
+                .order_by(func.count().desc())
+                .limit(limit)
+            ).all()
+            return [
+                {
+                    "type": r.Type,
+                    "failure_reason": FailureReason(r.FailureReason).label,
+                    "count": int(r.n),
+                    "last_failed_utc": r.last,
+                    "sample_id": r.sample,
+                }
+                for r in rows
+            ]
+
+        return self.s.read(work, op="top_errors")
+
+    def recent_rates(self, minutes: Sequence[int] = (1, 5, 15)) -> dict[str, dict[str, int]]:
+        """Jobs archived and dead-lettered in the last N minutes (served by the time indexes)."""
+
+        def work(c: Connection) -> dict[str, dict[str, int]]:
+            out: dict[str, dict[str, int]] = {}
+            for m in minutes:
+                since = utc_offset(seconds(-60.0 * m))
+                done = c.execute(
+                    select(func.count()).select_from(jobs_archive).where(jobs_archive.c.FinishedAtUtc >= since)
+                ).scalar_one()
+                dead = c.execute(
+                    select(func.count()).select_from(jobs_dlq).where(jobs_dlq.c.FailedAtUtc >= since)
+                ).scalar_one()
+                out[f"{m}m"] = {"succeeded": int(done), "failed": int(dead)}
+            return out
+
+        return self.s.read(work, op="recent_rates")
+
+
+def contains(col: ColumnElement[Any], needle: str, *, ignore_case: bool = False) -> ColumnElement[bool]:
+    """``col`` contains ``needle`` (LIKE, wildcards in ``needle`` escaped), the pattern built here.
+
+    Built in SQL (``'%' + ? + '%'``, ``lower(?)``) the parameter would be an operand SQL Server
+    has to guess the type of (see sqlfuncs.seconds).
+    """
+    escaped = needle.replace("/", "//").replace("%", "/%").replace("_", "/_")
+    if ignore_case:
+        return func.lower(col).like(f"%{escaped.lower()}%", escape="/")
+    return col.like(f"%{escaped}%", escape="/")
