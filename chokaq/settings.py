@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from chokaq.domain.errors import ConfigurationError
+from chokaq.operations.rules import check_zombie_timeout
 from chokaq.redact import redact
 
 DEFAULT_STORAGE_URL = "sqlite:///./chokaq.db"
@@ -186,19 +187,10 @@ class ChokaQSettings(BaseSettings):
     @model_validator(mode="after")
     def _cross_checks(self) -> ChokaQSettings:
         hb_max = self.execution.heartbeat_interval_max
-        floor = 3 * hb_max
-        if self.recovery.processing_zombie_timeout < floor:
-            raise ValueError(
-                f"Recovery.ProcessingZombieTimeout ({self.recovery.processing_zombie_timeout:g}s) must be at "
-                f"least 3x Execution.HeartbeatIntervalMax ({hb_max:g}s), i.e. >= {floor:g}s; otherwise "
-                "normal jitter or a slow database makes healthy jobs look dead"
-            )
+        check_zombie_timeout("Recovery.ProcessingZombieTimeout", self.recovery.processing_zombie_timeout, hb_max)
         for name, queue in self.queues.items():
-            if queue.zombie_timeout_seconds is not None and queue.zombie_timeout_seconds < floor:
-                raise ValueError(
-                    f"Queues.{name}.ZombieTimeoutSeconds ({queue.zombie_timeout_seconds}s) must be at "
-                    f"least 3x Execution.HeartbeatIntervalMax ({floor:g}s)"
-                )
+            if queue.zombie_timeout_seconds is not None:
+                check_zombie_timeout(f"Queues.{name}.ZombieTimeoutSeconds", queue.zombie_timeout_seconds, hb_max)
         if self.retry.base_delay > self.retry.max_delay:
             raise ValueError("Retry.BaseDelay must not exceed Retry.MaxDelay")
         if self.execution.fetch_batch_size > self.execution.prefetch:

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import azure.functions as func
 
 from chokaq import telemetry
+from chokaq.operations.service import Operations
 from chokaq.runtime.app import ChokaQ
-from chokaq.runtime.events import bus
 from chokaq.runtime.sweeper import sweep_outlasting
-from chokaq.storage.admin import Actor, AdminStore
+from chokaq.storage.admin import Actor
 
 log = logging.getLogger("chokaq.functions")
 
@@ -31,7 +31,9 @@ def blueprint(app: ChokaQ) -> func.Blueprint:
             log.info("sweep timer is past due; sweeping now")
         try:
             # Waits out a failover (Storage.OutageTolerance) instead of failing this run.
-            result = sweep_outlasting(app.storage, app.settings)  # its own span and metrics
+            # Its own span and metrics; a rescue is announced on the app's bus, which the admin API
+            # in this same Functions process serves from /api/events/recent.
+            result = sweep_outlasting(app.storage, app.settings, events=app.bus)
         finally:
             if ours:
                 telemetry.shutdown()  # flush: the instance may be reclaimed before the next export
@@ -47,13 +49,11 @@ def blueprint(app: ChokaQ) -> func.Blueprint:
         cutoff = datetime.now(UTC).replace(tzinfo=None) - timedelta(days=app.settings.retention.archive_days)
         try:
             with telemetry.tracer().start_as_current_span("chokaq.retention") as span:
-                deleted = AdminStore(app.storage).purge_archive(cutoff, RETENTION_ACTOR)
+                deleted = Operations(app).purge_archive(RETENTION_ACTOR, cutoff)
                 span.set_attribute("chokaq.deleted", deleted)
         finally:
             if ours:
                 telemetry.shutdown()
-        if deleted:
-            bus.publish("job.purged", actor=RETENTION_ACTOR.name, location="archive", count=deleted)
         log.info("retention: deleted %d archived jobs finished before %sZ", deleted, cutoff.isoformat())
 
     return bp

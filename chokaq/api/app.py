@@ -19,6 +19,7 @@ from chokaq.api.auth import Authenticator, AuthError
 from chokaq.api.common import PayloadInvalid
 from chokaq.api.gate import RequestGate
 from chokaq.domain.errors import ConflictError, JobValidationError, NotFoundError
+from chokaq.operations.service import Operations
 from chokaq.redact import redact
 from chokaq.runtime.app import ChokaQ
 from chokaq.storage.admin import AdminStore
@@ -115,6 +116,7 @@ def create_api(chokaq_app: ChokaQ, *, dev_open: bool = False, allowed_hosts: Seq
     api.add_middleware(RequestGate, authenticator=authenticator, allowed_hosts=hosts or None)
     api.state.chokaq = chokaq_app
     api.state.admin_store = AdminStore(chokaq_app.storage)
+    api.state.operations = Operations(chokaq_app, api.state.admin_store)
     api.state.authenticator = authenticator
     api.state.dev_open = dev_open
     install_error_handlers(api)

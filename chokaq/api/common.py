@@ -1,8 +1,8 @@
-"""Helpers shared by the route modules: state access, payload checks, event publishing."""
+"""Helpers shared by the route modules: state access (the app, its admin store, its operations
+service), id and payload checks."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -13,8 +13,8 @@ from chokaq.api.models import ErrorOut, FieldError, _PayloadEdit
 from chokaq.domain import limits
 from chokaq.domain.errors import NotFoundError
 from chokaq.domain.models import check_payload_text, encode_payload
+from chokaq.operations.service import Operations
 from chokaq.runtime.app import ChokaQ
-from chokaq.runtime.events import bus
 from chokaq.storage.admin import Actor, AdminStore
 
 Viewer = Annotated[Principal, Depends(require(VIEWER))]
@@ -48,16 +48,13 @@ def admin_store(request: Request) -> AdminStore:
     return store
 
 
+def operations(request: Request) -> Operations:
+    ops: Operations = request.app.state.operations
+    return ops
+
+
 def actor(who: Principal) -> Actor:
     return Actor(who.name[: limits.MAX_ACTOR_LEN], who.role)
-
-
-def iso(value: datetime | None) -> str | None:
-    return value.isoformat() + ("Z" if value.tzinfo is None else "") if value else None
-
-
-def publish(kind: str, who: Principal, **data: Any) -> None:
-    bus.publish(kind, actor=who.name, **data)
 
 
 def check_job_id(job_id: str) -> str:

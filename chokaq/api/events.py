@@ -1,7 +1,7 @@
 """Live events for the Deck: Server-Sent Events, and a JSON polling fallback.
 
-Events are hints to reload; the database is the truth. This process's bus carries what happens
-here (edits, resurrects, worker outcomes, zombie rescues run in this process). Work done by
+Events are hints to reload; the database is the truth. The served app's bus (``app.bus``) carries
+what that app does in this process (edits, resurrects, worker outcomes, zombie rescues run here). Work done by
 other processes shows up through the ``stats.updated`` tick, computed from the database every
 ``Admin.EventPollInterval`` seconds by one poll shared by all streams (:mod:`chokaq.api.stream_hub`).
 
@@ -13,10 +13,11 @@ the JSON carries ``kind``. The ``id:`` is the event time, so a reconnecting brow
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
@@ -26,9 +27,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chokaq.api.common import ERRORS, Viewer, chokaq_app
 from chokaq.api.models import ErrorOut, EventOut, RecentEventsOut
-from chokaq.api.stream_hub import StreamHub, TooManyStreams
+from chokaq.api.stream_hub import Slot, StreamHub, TooManyStreams
 from chokaq.runtime.app import ChokaQ
-from chokaq.runtime.events import Event, bus
+from chokaq.runtime.events import Event, EventBus
 
 log = logging.getLogger("chokaq.api.events")
 router = APIRouter(prefix="/api/events", tags=["events"])
@@ -39,10 +40,23 @@ def _sse(data: dict[str, Any], event_id: float | None = None) -> bytes:
     return f"{head}data: {json.dumps(data, default=str, separators=(',', ':'))}\n\n".encode()
 
 
-def _since(after: float | None) -> list[Event]:
-    if after is None:
-        return []
-    return [e for e in list(bus.recent) if e.at > after]
+def event_bus(request: Request) -> EventBus:
+    """The bus of the app this API serves (never another app's in the same process)."""
+    return chokaq_app(request).bus
+
+
+def _since(bus: EventBus, after: float | None) -> list[Event]:
+    return [] if after is None else bus.since(after)
+
+
+def _resume_after(after: float | None, last_event_id: str | None) -> float | None:
+    """``?after=``, else a reconnecting browser's ``Last-Event-ID`` (an event time), else none."""
+    if after is not None or not last_event_id:
+        return after
+    try:
+        return float(last_event_id)
+    except ValueError:
+        return None
 
 
 def stats_snapshot(app: ChokaQ) -> dict[str, Any]:
@@ -64,6 +78,57 @@ def stream_hub(request: Request) -> StreamHub:
     return hub
 
 
+class _Stream:
+    """One admitted stream: the backlog, then live events and ticks, until its lifetime or
+    ``max_events`` ends it. Subscribes when the response starts and always lets go."""
+
+    def __init__(self, bus: EventBus, hub: StreamHub, slot: Slot, backlog: list[Event], *, interval: float,
+                 lifetime: float, max_events: int | None) -> None:
+        self.bus, self.hub, self.slot, self.backlog = bus, hub, slot, backlog
+        self.interval, self.lifetime, self.max_events = interval, lifetime, max_events
+        self.sent = 0
+
+    def _counted(self, data: bytes) -> bytes:
+        self.sent += 1
+        return data
+
+    def _full(self) -> bool:
+        return self.max_events is not None and self.sent >= self.max_events
+
+    async def body(self) -> AsyncIterator[bytes]:
+        queue = self.bus.subscribe()
+        try:
+            self.hub.attach(queue)
+            yield f"retry: {int(self.interval * 1000)}\n\n".encode()
+            for e in self.backlog:
+                yield self._counted(_sse(e.as_dict(), e.at))
+                if self._full():
+                    return
+            async with contextlib.aclosing(self._live(queue)) as live:
+                async for chunk in live:
+                    yield chunk
+                    if self._full():
+                        return
+        finally:
+            self.hub.detach(queue)
+            self.bus.unsubscribe(queue)
+            self.slot.release()
+
+    async def _live(self, queue: asyncio.Queue[Event]) -> AsyncGenerator[bytes, None]:
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + self.lifetime
+        while (left := ends - loop.time()) > 0:
+            try:
+                e = await asyncio.wait_for(queue.get(), timeout=left)
+            except TimeoutError:
+                continue
+            if e.kind == "stats.unavailable":
+                yield b": stats unavailable\n\n"
+                continue
+            yield self._counted(_sse(e.as_dict(), None if e.kind == "stats.updated" else e.at))
+        yield b": stream lifetime reached; reconnect\n\n"
+
+
 @router.get("", responses={**ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "event stream"},
                            429: {"model": ErrorOut, "description": "too many open streams"}})
 async def stream(
@@ -78,15 +143,10 @@ async def stream(
     A stream ends after ``Admin.EventStreamMaxSeconds``; the browser reconnects (``retry:``) and is
     authorised again, so a revoked sign-in stops receiving events. Streams are capped per principal
     and per process (429)."""
-    settings = request.app.state.chokaq.settings.admin
+    settings = chokaq_app(request).settings.admin
     interval = settings.event_poll_interval
-    if after is None and last_event_id:
-        try:
-            after = float(last_event_id)
-        except ValueError:
-            after = None
-
-    backlog = _since(after)
+    bus = event_bus(request)
+    backlog = _since(bus, _resume_after(after, last_event_id))
     if max_events is None and any(str(k).startswith("azure_functions.") for k in request.scope):
         # Azure Functions buffers the whole response: answer with what is buffered plus one tick.
         max_events = len(backlog) + 1
@@ -95,51 +155,20 @@ async def stream(
         slot = hub.admit(f"{who.name} ({who.via})")
     except TooManyStreams as exc:
         raise StarletteHTTPException(429, str(exc), headers={"Retry-After": str(max(1, int(interval)))}) from None
-
-    async def body() -> AsyncIterator[bytes]:
-        queue = bus.subscribe()
-        loop = asyncio.get_running_loop()
-        ends = loop.time() + settings.event_stream_max_seconds
-        sent = 0
-        try:
-            hub.attach(queue)
-            yield f"retry: {int(interval * 1000)}\n\n".encode()
-            for e in backlog:
-                yield _sse(e.as_dict(), e.at)
-                sent += 1
-                if max_events is not None and sent >= max_events:
-                    return
-            while True:
-                left = ends - loop.time()
-                if left <= 0:
-                    yield b": stream lifetime reached; reconnect\n\n"
-                    return
-                try:
-                    e = await asyncio.wait_for(queue.get(), timeout=left)
-                except TimeoutError:
-                    continue
-                if e.kind == "stats.unavailable":
-                    yield b": stats unavailable\n\n"
-                    continue
-                yield _sse(e.as_dict(), None if e.kind == "stats.updated" else e.at)
-                sent += 1
-                if max_events is not None and sent >= max_events:
-                    return
-        finally:
-            hub.detach(queue)
-            bus.unsubscribe(queue)
-            slot.release()
-
-    return StreamingResponse(body(), media_type="text/event-stream", background=BackgroundTask(slot.release),
+    events = _Stream(bus, hub, slot, backlog, interval=interval, lifetime=settings.event_stream_max_seconds,
+                     max_events=max_events)
+    return StreamingResponse(events.body(), media_type="text/event-stream", background=BackgroundTask(slot.release),
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 @router.get("/recent", response_model=RecentEventsOut, responses=ERRORS)
 def recent(
+    request: Request,
     who: Viewer,
     after: Annotated[float | None, Query(description="only events newer than this (the last poll's `now`)")] = None,
 ) -> RecentEventsOut:
     """Buffered bus events as JSON: the fallback where responses are buffered (Azure Functions)."""
     now = time.time()
-    events = list(bus.recent) if after is None else _since(after)
+    bus = event_bus(request)
+    events = list(bus.recent) if after is None else bus.since(after)
     return RecentEventsOut(events=[EventOut(**e.as_dict()) for e in events], now=now)

@@ -10,6 +10,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, Stric
 
 from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError
+from chokaq.operations.job_out import JobOut
+from chokaq.runtime.events import EventKind
+
+__all__ = ["JobOut"]  # the public job shape lives beside the operations: the CLI prints it without FastAPI
 
 
 def _no_nul(value: str) -> str:
@@ -143,37 +147,6 @@ class QueuePatchIn(_In):
 
 
 # ---------------------------------------------------------------------------- jobs
-class JobOut(BaseModel):
-    """The shape of ``chokaq job show`` (JobRecord.to_public())."""
-
-    id: str
-    location: Literal["hot", "archive", "dlq"]
-    status: str | None
-    queue: str
-    type: str
-    payload: Any
-    payload_invalid: bool = Field(default=False, description="the stored payload is not valid under the payload "
-                                  "gate (written by an older version or by SQL): payload is a truncated preview")
-    payload_problem: str | None = None
-    tags: str | None
-    priority: int | None
-    idempotency_key: str | None
-    attempt_count: int
-    failure_reason: str | None
-    error_details: str | None
-    worker_id: str | None
-    heartbeat_utc: str | None
-    scheduled_at_utc: str | None
-    created_at_utc: str | None
-    started_at_utc: str | None
-    last_updated_utc: str | None
-    finished_at_utc: str | None
-    failed_at_utc: str | None
-    duration_ms: int | None
-    created_by: str | None
-    last_modified_by: str | None
-
-
 class ZombieOut(BaseModel):
     """Why the sweep called a job a zombie: its heartbeat went silent for longer than the timeout."""
 
@@ -341,7 +314,7 @@ class AuditPageOut(BaseModel):
 class EventOut(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    kind: str
+    kind: EventKind
     at: float
 
 

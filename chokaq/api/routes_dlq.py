@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Query, Request
 
@@ -19,8 +19,7 @@ from chokaq.api.common import (
     check_job_id,
     chokaq_app,
     edited_payload,
-    iso,
-    publish,
+    operations,
 )
 from chokaq.api.models import (
     BulkIn,
@@ -39,9 +38,11 @@ from chokaq.api.models import (
     naive_utc,
 )
 from chokaq.domain import limits
-from chokaq.domain.errors import JobValidationError, NotFoundError
 from chokaq.domain.models import JobRecord
 from chokaq.domain.states import FailureReason, Location
+from chokaq.operations.job_out import iso
+from chokaq.operations.rules import parse_failure_reason
+from chokaq.operations.service import Selection
 from chokaq.runtime.app import ChokaQ
 from chokaq.storage.admin import BulkResult, JobEdit, JobFilter
 
@@ -50,28 +51,9 @@ router = APIRouter(prefix="/api/dlq", tags=["dlq"])
 JobIdPath = Annotated[str, Path(description="job id")]
 
 
-def _reason(value: str | int | None) -> FailureReason | None:
-    if value is None or value == "":
-        return None
-    try:
-        return FailureReason.parse(value)
-    except ValueError:
-        names = ", ".join(r.label for r in FailureReason)
-        raise JobValidationError(f"unknown failure_reason {value!r}: use a number 0..10 or one of {names}") from None
-
-
 def _filter(f: DlqFilterIn) -> JobFilter:
-    return JobFilter(queue=f.queue, type=f.type, failure_reason=_reason(f.failure_reason), tag=f.tag,
+    return JobFilter(queue=f.queue, type=f.type, failure_reason=parse_failure_reason(f.failure_reason), tag=f.tag,
                      from_utc=naive_utc(f.from_), to_utc=naive_utc(f.to), search=f.search)
-
-
-def _dead(app: ChokaQ, job_id: str) -> JobRecord:
-    rec = app.storage.get_job(check_job_id(job_id))
-    if rec is None:
-        raise NotFoundError(f"no job {job_id!r}")
-    if rec.location is not Location.DLQ:
-        raise NotFoundError(f"job {job_id} is not in the DLQ (it is in {rec.location.value})")
-    return rec
 
 
 def _bulk_out(res: BulkResult) -> BulkOut:
@@ -95,19 +77,19 @@ def list_dlq(
     page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
     page_size: Annotated[int, Query(ge=1, le=limits.MAX_BULK_IDS)] = 100,
 ) -> JobPageOut:
-    f = JobFilter(queue=queue, type=type, failure_reason=_reason(failure_reason), tag=tag,
+    f = JobFilter(queue=queue, type=type, failure_reason=parse_failure_reason(failure_reason), tag=tag,
                   from_utc=naive_utc(from_), to_utc=naive_utc(to), search=search)
     p = admin_store(request).list_jobs(Location.DLQ, f, sort=sort, descending=desc, page=page, page_size=page_size)
-    return JobPageOut(items=[JobOut(**j.to_public()) for j in p.items], total=p.total, page=p.page,
+    return JobPageOut(items=[JobOut.from_record(j) for j in p.items], total=p.total, page=p.page,
                       page_size=p.page_size)
 
 
-def _selection(body: BulkIn) -> dict[str, Any]:
-    """A bulk request's target for AdminStore: ids, or a filter with its cap."""
+def _selection(body: BulkIn) -> Selection:
+    """A bulk request's target: ids, or a filter with its cap and its preview's bound."""
     if body.filter is not None:
-        return {"f": _filter(body.filter), "max_jobs": body.max_jobs, "dry_run": body.dry_run,
-                "expected_count": body.expected_count, "snapshot": body.snapshot}
-    return {"ids": body.ids, "dry_run": body.dry_run}
+        return Selection(f=_filter(body.filter), max_jobs=body.max_jobs, dry_run=body.dry_run,
+                         expected_count=body.expected_count, snapshot=body.snapshot)
+    return Selection(ids=body.ids, dry_run=body.dry_run)
 
 
 @router.post("/resurrect", response_model=BulkOut, responses={**ERRORS, **CONFLICT})
@@ -117,29 +99,23 @@ def resurrect_many(request: Request, body: BulkIn, who: Operator) -> BulkOut:
     A filter action needs its preview: ``dry_run: true`` returns ``matched`` and a ``snapshot``; the
     action sends them back as ``expected_count`` and ``snapshot``, touches only jobs inside the
     snapshot, and is refused (409) when more jobs match than were confirmed."""
-    res = admin_store(request).resurrect_many(actor(who), **_selection(body))
-    if res.affected:
-        publish("job.resurrected", who, ids=res.sample_ids, count=res.affected)
-    return _bulk_out(res)
+    return _bulk_out(operations(request).resurrect_many(actor(who), _selection(body)))
 
 
 @router.post("/purge", response_model=BulkOut, responses={**ERRORS, **CONFLICT})
 def purge(request: Request, body: BulkIn, who: Admin) -> BulkOut:
     """Delete dead jobs for good, by ids or by filter; a filter needs its preview (see resurrect)."""
-    res = admin_store(request).purge_dlq(actor(who), **_selection(body))
-    if res.affected:
-        publish("job.purged", who, location="dlq", ids=res.sample_ids, count=res.affected)
-    return _bulk_out(res)
+    return _bulk_out(operations(request).purge_dlq(actor(who), _selection(body)))
 
 
 @router.get("/{job_id}", response_model=DlqJobOut, responses={**ERRORS, **NOT_FOUND})
 def inspect(request: Request, job_id: JobIdPath, who: Viewer) -> DlqJobOut:
     """Every field, the full error details, and the handler's payload schema (if it has a model)."""
     app = chokaq_app(request)
-    rec = _dead(app, job_id)
+    rec = operations(request).dead_job(check_job_id(job_id))
     handler = app.handlers.get(rec.type)
-    return DlqJobOut(**rec.to_public(), payload_schema=handler.payload_schema() if handler else None,
-                     zombie=zombie_details(app, rec))
+    return DlqJobOut.from_record(rec, payload_schema=handler.payload_schema() if handler else None,
+                                 zombie=zombie_details(app, rec))
 
 
 def zombie_details(app: ChokaQ, rec: JobRecord) -> ZombieOut | None:
@@ -163,25 +139,20 @@ def zombie_details(app: ChokaQ, rec: JobRecord) -> ZombieOut | None:
 @router.patch("/{job_id}", response_model=JobOut, responses={**ERRORS, **NOT_FOUND, **CONFLICT})
 def edit_dead(request: Request, job_id: JobIdPath, body: DlqEditIn, who: Operator) -> JobOut:
     """Fix payload and/or tags; the job stays in the DLQ."""
-    app = chokaq_app(request)
-    rec = _dead(app, job_id)
-    text = edited_payload(app, rec.type, body, who)
-    out = admin_store(request).edit_dlq(job_id, JobEdit(payload=text, tags=body.tags, force=body.force), actor(who))
-    publish("job.updated", who, id=job_id, queue=out.queue, location="dlq", action="edited")
-    return JobOut(**out.to_public())
+    ops = operations(request)
+    rec = ops.dead_job(check_job_id(job_id))
+    text = edited_payload(chokaq_app(request), rec.type, body, who)
+    edit = JobEdit(payload=text, tags=body.tags, force=body.force)
+    return JobOut.from_record(ops.edit_dead(actor(who), job_id, edit))
 
 
 @router.post("/{job_id}/resurrect", response_model=JobOut, responses={**ERRORS, **NOT_FOUND, **CONFLICT})
 def resurrect(request: Request, job_id: JobIdPath, who: Operator,
               body: Annotated[ResurrectIn | None, Body()] = None) -> JobOut:
     """One atomic move back to Pending, optionally with a fixed payload, tags or priority."""
-    app = chokaq_app(request)
+    ops = operations(request)
     body = body or ResurrectIn()
-    rec = app.storage.get_job(check_job_id(job_id))
-    if rec is None:
-        raise NotFoundError(f"no job {job_id!r}")
-    text = edited_payload(app, rec.type, body, who)
+    rec = ops.job(check_job_id(job_id))
+    text = edited_payload(chokaq_app(request), rec.type, body, who)
     edit = JobEdit(payload=text, tags=body.tags, priority=body.priority, force=body.force)
-    out = admin_store(request).resurrect(job_id, actor(who), None if edit.is_empty() and not edit.force else edit)
-    publish("job.resurrected", who, id=job_id, queue=out.queue, ids=[job_id], count=1)
-    return JobOut(**out.to_public())
+    return JobOut.from_record(ops.resurrect(actor(who), job_id, edit))

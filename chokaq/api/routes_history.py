@@ -7,10 +7,11 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from chokaq.api.common import ERRORS, Viewer, chokaq_app, iso
+from chokaq.api.common import ERRORS, Viewer, chokaq_app
 from chokaq.api.models import Text
 from chokaq.domain import limits
 from chokaq.domain.states import FailureReason
+from chokaq.operations.job_out import iso
 from chokaq.storage.history import WAIT_BASIS, load_history
 
 router = APIRouter(prefix="/api")

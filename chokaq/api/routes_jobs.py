@@ -21,7 +21,7 @@ from chokaq.api.common import (
     chokaq_app,
     edited_payload,
     field_errors,
-    publish,
+    operations,
 )
 from chokaq.api.models import (
     CancelOut,
@@ -63,10 +63,8 @@ def enqueue(request: Request, response: Response, body: EnqueueIn, who: Operator
         raise PayloadInvalid(field_errors(exc, ("body", "payload"))) from None
     except ValueError as exc:
         raise PayloadInvalid([FieldError(loc=["body", "payload"], msg=str(exc), type="payload")]) from None
-    job_id, created = app.submit(req)
-    if created:
-        publish("job.updated", who, id=job_id, queue=req.queue, type=req.type, status="Pending", action="enqueued")
-    else:
+    job_id, created = operations(request).enqueue(req)
+    if not created:
         response.status_code = 200
     return EnqueueOut(id=job_id, created=created)
 
@@ -93,16 +91,14 @@ def list_jobs(
                   from_utc=naive_utc(from_), to_utc=naive_utc(to), search=search)
     page_ = admin_store(request).list_jobs(Location(location), f, sort=sort, descending=desc, page=page,
                                            page_size=page_size)
-    return JobPageOut(items=[JobOut(**j.to_public()) for j in page_.items], total=page_.total, page=page_.page,
+    return JobPageOut(items=[JobOut.from_record(j) for j in page_.items], total=page_.total, page=page_.page,
                       page_size=page_.page_size)
 
 
 @router.post("/cancel", response_model=CancelOut, responses=ERRORS)
 def cancel(request: Request, body: IdsIn, who: Operator) -> CancelOut:
     """Pending jobs -> DLQ as Cancelled. Jobs a worker owns (or unknown ids) are skipped and listed."""
-    res = admin_store(request).cancel(body.ids, actor(who))
-    if res.affected:
-        publish("job.failed", who, ids=res.sample_ids, count=res.affected, reason="Cancelled")
+    res = operations(request).cancel(actor(who), body.ids)
     return CancelOut(cancelled=res.affected, skipped_ids=res.skipped_ids)
 
 
@@ -112,18 +108,14 @@ def get_job(request: Request, job_id: JobIdPath, who: Viewer) -> JobOut:
     rec = chokaq_app(request).storage.get_job(check_job_id(job_id))
     if rec is None:
         raise NotFoundError(f"no job {job_id!r} in hot, archive or DLQ")
-    return JobOut(**rec.to_public())
+    return JobOut.from_record(rec)
 
 
 @router.patch("/{job_id}", response_model=JobOut, responses={**ERRORS, **NOT_FOUND, **CONFLICT})
 def edit_job(request: Request, job_id: JobIdPath, body: JobEditIn, who: Operator) -> JobOut:
     """Edit payload, tags or priority of a Pending job; 409 once a worker owns it."""
-    app = chokaq_app(request)
-    rec = app.storage.get_job(check_job_id(job_id))
-    if rec is None:
-        raise NotFoundError(f"no job {job_id!r}")
-    text = edited_payload(app, rec.type, body, who)
+    ops = operations(request)
+    rec = ops.job(check_job_id(job_id))
+    text = edited_payload(chokaq_app(request), rec.type, body, who)
     edit = JobEdit(payload=text, tags=body.tags, priority=body.priority, force=body.force)
-    out = admin_store(request).edit_pending(job_id, edit, actor(who))
-    publish("job.updated", who, id=job_id, queue=out.queue, status="Pending", action="edited")
-    return JobOut(**out.to_public())
+    return JobOut.from_record(ops.edit_pending(actor(who), job_id, edit))

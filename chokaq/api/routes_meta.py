@@ -1,10 +1,10 @@
 """GET /api/meta: who is calling, and the vocabulary the API speaks.
 
 The Deck reads its words and numbers from here at start instead of declaring them again: roles and
-the endpoints each may call, job statuses, failure reasons, history windows and limits. Each value is
-read from the code that enforces it (the route dependencies, ``domain/states.py``,
-``domain/limits.py``, the request models), so a change there reaches every client with no second copy
-to forget.
+the endpoints each may call, job statuses, failure reasons, event kinds, history windows and
+limits. Each value is read from the code that enforces it (the route dependencies,
+``domain/states.py``, ``runtime/events.py``, ``domain/limits.py``, the request models), so a change
+there reaches every client with no second copy to forget.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from chokaq.api.models import HandlerOut, MetaOut, Priority, QueuePatchIn
 from chokaq.api.routes_history import Window
 from chokaq.domain import limits
 from chokaq.domain.states import FailureReason, JobStatus, Location
+from chokaq.operations.rules import zombie_timeout_floor
+from chokaq.runtime.events import EVENT_KINDS
 from chokaq.storage.history import WINDOWS
 
 router = APIRouter(prefix="/api")
@@ -71,6 +73,7 @@ class ApiMetaOut(MetaOut):
     job_statuses: list[str] = Field(description="statuses of a job in the hot table, in code order")
     locations: list[str]
     failure_reasons: list[str] = Field(description="every FailureReason label, in code order")
+    event_kinds: list[str] = Field(description="the kinds of event GET /api/events and /api/events/recent send")
     history_windows: list[WindowOut]
     limits: LimitsOut
 
@@ -138,9 +141,8 @@ def _page_size(app: FastAPI) -> FieldInfo:
 
 def _zombie_floor(request: Request) -> int:
     """The least zombie timeout PATCH /api/queues takes: the model's bound, raised by the heartbeat
-    floor (3x Execution.HeartbeatIntervalMax, checked in routes_queues and settings; when those share
-    one floor function, call it here instead)."""
-    floor = 3 * chokaq_app(request).settings.execution.heartbeat_interval_max
+    floor the operations rules enforce."""
+    floor = zombie_timeout_floor(chokaq_app(request).settings.execution.heartbeat_interval_max)
     return max(_bounds(QueuePatchIn.model_fields["zombie_timeout_seconds"].metadata)[0], math.ceil(floor))
 
 
@@ -201,6 +203,7 @@ def meta(request: Request, who: Viewer) -> ApiMetaOut:
         job_statuses=[s.name.capitalize() for s in JobStatus],
         locations=[loc.value for loc in Location],
         failure_reasons=[r.label for r in FailureReason],
+        event_kinds=list(EVENT_KINDS),
         history_windows=_windows(),
         limits=_limits(request),
     )

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from chokaq.api.common import ERRORS, Admin, Viewer, actor, admin_store, chokaq_app, iso, publish
+from chokaq.api.common import ERRORS, Admin, Viewer, actor, admin_store, chokaq_app, operations
 from chokaq.api.models import (
     ArchivePurgeIn,
     ArchivePurgeOut,
@@ -24,6 +24,7 @@ from chokaq.api.models import (
     naive_utc,
 )
 from chokaq.domain import limits
+from chokaq.operations.job_out import iso
 
 log = logging.getLogger("chokaq.api")
 router = APIRouter(prefix="/api")
@@ -82,7 +83,4 @@ def archive_purge(request: Request, body: ArchivePurgeIn, who: Admin) -> Archive
     """Delete archived jobs finished before ``older_than``, in bounded batches (Storage.CleanupBatchSize)."""
     older_than = naive_utc(body.older_than)
     assert older_than is not None
-    deleted = admin_store(request).purge_archive(older_than, actor(who))
-    if deleted:
-        publish("job.purged", who, location="archive", count=deleted, older_than=older_than.isoformat())
-    return ArchivePurgeOut(deleted=deleted)
+    return ArchivePurgeOut(deleted=operations(request).purge_archive(actor(who), older_than))

@@ -17,7 +17,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from chokaq.runtime.events import Event, _offer
+from chokaq.runtime.events import Event, offer
 
 log = logging.getLogger("chokaq.api.events")
 
@@ -82,7 +82,7 @@ class StreamHub:
             self._subs.append((loop, queue))
             latest = self._latest
         if latest is not None:
-            _offer(queue, latest)  # a new stream shows numbers at once, without a query of its own
+            offer(queue, latest)  # a new stream shows numbers at once, without a query of its own
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._poll(), name="chokaq-stats-poll")
 
@@ -107,7 +107,7 @@ class StreamHub:
                 subs = list(self._subs)
             for loop, queue in subs:
                 try:
-                    loop.call_soon_threadsafe(_offer, queue, event)
+                    loop.call_soon_threadsafe(offer, queue, event)
                 except RuntimeError:
                     self.detach(queue)  # its loop is closed
             await asyncio.sleep(self.interval)

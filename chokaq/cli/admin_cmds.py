@@ -1,13 +1,13 @@
 """Operator commands: ``chokaq serve``, ``chokaq dlq ...`` and ``chokaq archive purge``.
 
-Every change goes through :class:`AdminStore`, so it is audited exactly like the API's, with the
-actor ``--actor`` (default ``cli:$USER``) in the admin role.
+Every change goes through the operations service (:mod:`chokaq.operations.service`), so it
+follows the API's rules and is audited exactly like the API's, with the actor ``--actor``
+(default ``cli:$USER``) in the admin role. It publishes no live events (see ``Ctx.operations``).
 """
 
 from __future__ import annotations
 
 import getpass
-import ipaddress
 import json
 import re
 import sys
@@ -20,8 +20,10 @@ import click
 from chokaq.cli.common import Ctx, friendly_errors, pass_ctx
 from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError
-from chokaq.domain.states import FailureReason, Location
-from chokaq.runtime.events import bus
+from chokaq.domain.states import Location
+from chokaq.operations.job_out import JobOut
+from chokaq.operations.rules import is_loopback, parse_failure_reason
+from chokaq.operations.service import Selection
 from chokaq.storage.admin import Actor, AdminStore, BulkResult, JobFilter
 
 
@@ -43,22 +45,13 @@ def _actor(name: str) -> Actor:
 
 
 # ---------------------------------------------------------------- serve
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def bind_hosts(host: str) -> list[str] | None:
     """The ``Host`` values a server bound to ``host`` answers to (DNS rebinding: a page on an
     attacker's name that resolves to 127.0.0.1 sends its own name). ``None`` for a wildcard bind:
     then only ``Admin.AllowedHosts`` can say which names are ours."""
     if host in ("0.0.0.0", "::", ""):
         return None
-    if _is_loopback(host):
+    if is_loopback(host):
         return sorted({host, "127.0.0.1", "localhost", "::1"})
     return [host]
 
@@ -85,7 +78,7 @@ def serve(c: Ctx, app_spec: str | None, host: str, port: int) -> None:
     if hosts is None and not app.settings.admin.allowed_hosts:
         click.echo(f"warning: bound to {host}: the Host header is not checked; set CHOKAQ_ADMIN__ALLOWED_HOSTS "
                    '(e.g. ["chokaq.example.com"])', err=True)
-    if not _is_loopback(host) and not app.settings.admin.tokens and not app.settings.admin.trust_app_service_auth:
+    if not is_loopback(host) and not app.settings.admin.tokens and not app.settings.admin.trust_app_service_auth:
         click.echo(f"warning: serving on {host} with no admin tokens: every call but /api/health is refused",
                    err=True)
     try:
@@ -98,17 +91,6 @@ def serve(c: Ctx, app_spec: str | None, host: str, port: int) -> None:
 @click.group()
 def dlq() -> None:
     """Inspect, resurrect and purge dead-lettered jobs."""
-
-
-def _reason(value: str | None) -> FailureReason | None:
-    if not value:
-        return None
-    try:
-        return FailureReason.parse(value)
-    except ValueError:
-        raise JobValidationError(
-            f"unknown failure reason {value!r}: use 0..10 or one of {', '.join(r.label for r in FailureReason)}"
-        ) from None
 
 
 # C0 and C1 controls, DEL, and the bidirectional overrides that reorder what a terminal shows.
@@ -139,11 +121,11 @@ def _first_line(text: str | None, width: int = 60) -> str:
 def dlq_list(c: Ctx, queue: str | None, job_type: str | None, reason: str | None, search: str | None, page: int,
              page_size: int, as_json: bool) -> None:
     """List dead jobs, newest failure first."""
-    f = JobFilter(queue=queue, type=job_type, failure_reason=_reason(reason), search=search)
+    f = JobFilter(queue=queue, type=job_type, failure_reason=parse_failure_reason(reason), search=search)
     p = AdminStore(c.app.storage).list_jobs(Location.DLQ, f, page=page, page_size=page_size)
     if as_json:
-        click.echo(json.dumps({"items": [j.to_public() for j in p.items], "total": p.total, "page": p.page,
-                               "page_size": p.page_size}, indent=2))
+        items = [JobOut.from_record(j).model_dump() for j in p.items]
+        click.echo(json.dumps({"items": items, "total": p.total, "page": p.page, "page_size": p.page_size}, indent=2))
         return
     rows = [tuple(printable(v) for v in (
         j.id, j.queue, j.type, j.failure_reason.label if j.failure_reason is not None else "",
@@ -169,7 +151,7 @@ def dlq_show(c: Ctx, job_id: str) -> None:
         where = f" (it is in {rec.location.value})" if rec is not None else ""
         click.echo(f"error: no job {job_id!r} in the DLQ{where}", err=True)
         sys.exit(1)
-    out = rec.to_public()
+    out = JobOut.from_record(rec).model_dump()
     handler = c.app.handlers.get(rec.type)
     out["payload_schema"] = handler.payload_schema() if handler else None
     click.echo(json.dumps(out, indent=2))
@@ -192,27 +174,27 @@ def _bulk_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def _run_bulk(c: Ctx, verb: str, action: Callable[..., BulkResult], ids: tuple[str, ...], filter_queue: str | None,
-              filter_reason: str | None, filter_type: str | None, search: str | None, max_jobs: int,
-              dry_run: bool, yes: bool, actor: str) -> None:
+def _run_bulk(c: Ctx, verb: str, action: Callable[[Actor, Selection], BulkResult], ids: tuple[str, ...],
+              filter_queue: str | None, filter_reason: str | None, filter_type: str | None, search: str | None,
+              max_jobs: int, dry_run: bool, yes: bool, actor: str) -> None:
     who = _actor(actor)
     has_filter = any((filter_queue, filter_reason, filter_type, search))
     if bool(ids) == has_filter:
         raise JobValidationError("give job ids, or --filter-queue/--filter-reason/--filter-type/--search")
-    f = JobFilter(queue=filter_queue, type=filter_type, failure_reason=_reason(filter_reason), search=search) \
-        if has_filter else None
+    f = JobFilter(queue=filter_queue, type=filter_type, failure_reason=parse_failure_reason(filter_reason),
+                  search=search) if has_filter else None
     step = limits.MAX_BULK_IDS
     if f is None:
         id_list = list(dict.fromkeys(ids))
         chunks = [id_list[i: i + step] for i in range(0, len(id_list), step)]
         preview = BulkResult(0, 0, dry_run=True)
         for chunk in chunks:
-            r = action(who, ids=chunk, dry_run=True)
+            r = action(who, Selection(ids=chunk, dry_run=True))
             preview.matched += r.matched
             preview.sample_ids.extend(r.sample_ids[: 20 - len(preview.sample_ids)])
         planned = preview.matched
     else:
-        preview = action(who, f=f, max_jobs=min(max_jobs, step), dry_run=True)
+        preview = action(who, Selection(f=f, max_jobs=min(max_jobs, step), dry_run=True))
         planned = min(preview.matched, max_jobs)
     if dry_run:
         click.echo(json.dumps({"matched": preview.matched, "would_affect": planned,
@@ -228,21 +210,19 @@ def _run_bulk(c: Ctx, verb: str, action: Callable[..., BulkResult], ids: tuple[s
     with click.progressbar(length=planned, label=verb.capitalize(), file=sys.stderr) as bar:
         if f is None:
             for chunk in chunks:
-                r = action(who, ids=chunk)
+                r = action(who, Selection(ids=chunk))
                 affected += r.affected
                 skipped.extend(r.skipped_ids)
                 bar.update(len(chunk))
         else:
             while affected < planned:
                 # Bound to the preview: only jobs it counted, refused (409) if more match now.
-                r = action(who, f=f, max_jobs=min(step, planned - affected),
-                           expected_count=preview.matched - affected, snapshot=preview.snapshot)
+                r = action(who, Selection(f=f, max_jobs=min(step, planned - affected),
+                                          expected_count=preview.matched - affected, snapshot=preview.snapshot))
                 if r.affected == 0:
                     break
                 affected += r.affected
                 bar.update(r.affected)
-    kind = "job.resurrected" if verb == "resurrect" else "job.purged"
-    bus.publish(kind, actor=who.name, count=affected, location="dlq")
     click.echo(json.dumps({"matched": preview.matched, "affected": affected, "skipped_ids": skipped}))
 
 
@@ -254,8 +234,7 @@ def dlq_resurrect(c: Ctx, ids: tuple[str, ...], filter_queue: str | None, filter
                   filter_type: str | None, search: str | None, max_jobs: int, dry_run: bool, yes: bool,
                   actor: str) -> None:
     """Move dead jobs back to Pending (attempts reset, priority 10), by ids or by filter."""
-    store = AdminStore(c.app.storage)
-    _run_bulk(c, "resurrect", store.resurrect_many, ids, filter_queue, filter_reason, filter_type, search,
+    _run_bulk(c, "resurrect", c.operations.resurrect_many, ids, filter_queue, filter_reason, filter_type, search,
               max_jobs, dry_run, yes, actor)
 
 
@@ -267,8 +246,7 @@ def dlq_purge(c: Ctx, ids: tuple[str, ...], filter_queue: str | None, filter_rea
               filter_type: str | None, search: str | None, max_jobs: int, dry_run: bool, yes: bool,
               actor: str) -> None:
     """Delete dead jobs for good, by ids or by filter."""
-    store = AdminStore(c.app.storage)
-    _run_bulk(c, "purge", store.purge_dlq, ids, filter_queue, filter_reason, filter_type, search, max_jobs,
+    _run_bulk(c, "purge", c.operations.purge_dlq, ids, filter_queue, filter_reason, filter_type, search, max_jobs,
               dry_run, yes, actor)
 
 
@@ -313,7 +291,5 @@ def archive_purge(c: Ctx, older_than: str, yes: bool, actor: str) -> None:
         click.confirm(f"Delete about {count} archived job(s) finished before {cutoff.isoformat()}Z?",
                       abort=True, err=True)
     with click.progressbar(length=count, label="Purging archive", file=sys.stderr) as bar:
-        deleted = store.purge_archive(cutoff, _actor(actor), progress=bar.update)
-    if deleted:
-        bus.publish("job.purged", actor=actor, location="archive", count=deleted)
+        deleted = c.operations.purge_archive(_actor(actor), cutoff, progress=bar.update)
     click.echo(json.dumps({"deleted": deleted, "older_than": cutoff.isoformat() + "Z"}))

@@ -15,6 +15,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
 from chokaq.domain.errors import ChokaQError, ConfigurationError, JobValidationError
 from chokaq.loading import load_app
+from chokaq.operations.service import Operations
 from chokaq.redact import redact
 from chokaq.runtime.app import ChokaQ
 
@@ -65,12 +66,22 @@ class Ctx:
         self.db = db
         self.app_spec = app_spec
         self._app: ChokaQ | None = None
+        self._ops: Operations | None = None
 
     @property
     def app(self) -> ChokaQ:
         if self._app is None:
             self._app = load_app(self.app_spec, db=self.db)
         return self._app
+
+    @property
+    def operations(self) -> Operations:
+        """The operator actions, audited as the API's are. They announce nothing: no event stream
+        is served from a CLI process, so its bus would have no subscriber. Events are only hints;
+        the database is the truth, and the Deck shows a CLI change on its next stats tick or reload."""
+        if self._ops is None:
+            self._ops = Operations(self.app, announce=False)
+        return self._ops
 
 
 pass_ctx = click.make_pass_decorator(Ctx)

@@ -11,6 +11,7 @@ import click
 from chokaq.cli.common import Ctx, friendly_errors, pass_ctx
 from chokaq.domain.models import EnqueueRequest
 from chokaq.loading import load_app
+from chokaq.operations.rules import is_loopback
 from chokaq.redact import redact
 from chokaq.runtime.app import ChokaQ
 
@@ -72,7 +73,7 @@ def dev(c: Ctx, host: str, port: int, no_seed: bool, open_access: bool) -> None:
     app = load_app(c.app_spec or "chokaq.demo:app", db=c.db or DEV_DB)
     # Short timeouts so the recovery model can be watched live.
     app.settings.recovery.scan_interval = 10
-    if open_access and host not in {"127.0.0.1", "localhost", "::1"}:
+    if open_access and not is_loopback(host):
         raise click.UsageError("--open only works on a loopback --host; use --auth with CHOKAQ_ADMIN__TOKENS")
     app.storage.upgrade()
     app.apply_queue_settings()

@@ -14,6 +14,7 @@ from chokaq.cli import admin_cmds, dev
 from chokaq.cli.common import Ctx, app_option, friendly_errors, one_line, pass_ctx
 from chokaq.domain.errors import ConfigurationError
 from chokaq.domain.payload import parse_payload_text
+from chokaq.operations.job_out import JobOut
 
 __all__ = ["Ctx", "app_option", "cli", "friendly_errors", "main", "pass_ctx"]
 
@@ -104,6 +105,8 @@ def sweep(c: Ctx, loop: bool) -> None:
 
     app = c.app
     telemetry.configure("chokaq-sweep")
+    # No events (run_sweep without ``events``): no stream is served from this process; the Deck
+    # sees a rescue in the database counts on its next stats tick.
     try:
         if not loop:
             click.echo(json.dumps(run_sweep(app.storage, app.settings).as_dict()))
@@ -154,7 +157,7 @@ def enqueue(
         job_type, data, queue=queue, priority=priority, delay=delay, tags=tags,
         idempotency_key=idempotency_key, created_by=created_by,
     )
-    job_id, _ = app.submit(req)
+    job_id, _ = c.operations.enqueue(req)
     click.echo(job_id)
 
 
@@ -174,7 +177,7 @@ def job_show(c: Ctx, job_id: str) -> None:
     if record is None:
         click.echo(f"error: no job {job_id!r} in hot, archive or DLQ", err=True)
         sys.exit(1)
-    click.echo(json.dumps(record.to_public(), indent=2))
+    click.echo(json.dumps(JobOut.from_record(record).model_dump(), indent=2))
 
 
 @cli.command()

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from chokaq.domain import limits
 from chokaq.domain.keys import check_key
-from chokaq.domain.payload import check_payload_size, check_payload_text, encode_payload, readable
+from chokaq.domain.payload import check_payload_size, check_payload_text, encode_payload
 from chokaq.domain.states import FailureReason, JobStatus, Location
 
 __all__ = ["check_payload_size", "check_payload_text", "encode_payload"]
@@ -88,42 +88,6 @@ class JobRecord:
 
     def payload_json(self) -> Any:
         return json.loads(self.payload)
-
-    def to_public(self) -> dict[str, Any]:
-        """The JSON shape shared by `chokaq job show` and `GET /api/jobs/{id}`."""
-
-        def ts(value: datetime | None) -> str | None:
-            return value.isoformat() + ("Z" if value.tzinfo is None else "") if value else None
-
-        payload, problem = readable(self.payload)
-        return {
-            "id": self.id,
-            "location": self.location.value,
-            "status": self.status.name.capitalize() if self.status is not None else None,
-            "queue": self.queue,
-            "type": self.type,
-            "payload": payload,
-            # True: the stored payload breaks the payload gate; ``payload`` is a truncated preview string.
-            "payload_invalid": problem is not None,
-            "payload_problem": problem,
-            "tags": self.tags,
-            "priority": self.priority,
-            "idempotency_key": self.idempotency_key,
-            "attempt_count": self.attempt_count,
-            "failure_reason": self.failure_reason.label if self.failure_reason is not None else None,
-            "error_details": self.error_details,
-            "worker_id": self.worker_id,
-            "heartbeat_utc": ts(self.heartbeat_utc),
-            "scheduled_at_utc": ts(self.scheduled_at_utc),
-            "created_at_utc": ts(self.created_at_utc),
-            "started_at_utc": ts(self.started_at_utc),
-            "last_updated_utc": ts(self.last_updated_utc),
-            "finished_at_utc": ts(self.finished_at_utc),
-            "failed_at_utc": ts(self.failed_at_utc),
-            "duration_ms": self.duration_ms,
-            "created_by": self.created_by,
-            "last_modified_by": self.last_modified_by,
-        }
 
 
 @dataclass(frozen=True, slots=True)

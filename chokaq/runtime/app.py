@@ -13,6 +13,7 @@ from sqlalchemy import Connection
 
 from chokaq.domain import limits
 from chokaq.domain.models import EnqueueRequest, SweepResult, encode_payload
+from chokaq.runtime.events import EventBus
 from chokaq.runtime.handlers import Handler, JobContext
 from chokaq.runtime.worker import Worker
 from chokaq.settings import ChokaQSettings, load_settings
@@ -35,6 +36,9 @@ class ChokaQ:
     def __init__(self, settings: ChokaQSettings | None = None, **overrides: Any) -> None:
         self.settings = settings if settings is not None else load_settings(**overrides)
         self.handlers: dict[str, Handler] = {}
+        # This app's live events (operator actions, its workers' outcomes, its sweeps): its own,
+        # so that two apps in one process never see each other's.
+        self.bus = EventBus()
         self._storage: Storage | None = None
         self._lock = threading.Lock()
 
@@ -159,7 +163,7 @@ class ChokaQ:
     def sweep(self) -> SweepResult:
         from chokaq.runtime.sweeper import run_sweep
 
-        return run_sweep(self.storage, self.settings)
+        return run_sweep(self.storage, self.settings, events=self.bus)
 
     def worker(self, *, queues: list[str] | None = None, concurrency: int | None = None, **kw: Any) -> Worker:
         return Worker(self, queues=queues, concurrency=concurrency, **kw)

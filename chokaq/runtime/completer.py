@@ -18,7 +18,7 @@ from typing import Any
 
 from chokaq.runtime.changes import Changes
 from chokaq.runtime.dbcall import DbCall
-from chokaq.runtime.events import bus
+from chokaq.runtime.events import EventBus
 from chokaq.runtime.outage import Outage, backoff
 from chokaq.runtime.outcomes import Outcome
 from chokaq.runtime.stats import Transition, WorkerStats
@@ -44,10 +44,12 @@ class Completer:
         conflict: Callable[[Transition, int], None],
         retry_delay: Callable[[int], float] = backoff,
         retryable: Callable[[BaseException], bool] = is_transient,
+        events: EventBus | None = None,
     ) -> None:
         """``recorded`` and ``abandoned`` hand outcomes back to the worker once the database has
         them, or once they are left to the sweep; ``retry_delay(attempt)`` and ``retryable(exc)``
-        are the retry policy."""
+        are the retry policy. ``events`` is the app's bus that hears of each recorded outcome
+        (``None``: nobody in this process listens)."""
         self.storage = storage
         self.worker_id = worker_id
         self.outage = outage
@@ -58,6 +60,7 @@ class Completer:
         self._conflict = conflict
         self._retry_delay = retry_delay
         self._retryable = retryable
+        self._events = events if events is not None else EventBus()
         # Outcomes not yet taken for writing: a plain list, handed over whole (cheaper per job
         # than an asyncio.Queue's put and get).
         self._pending: list[Outcome] = []
@@ -111,12 +114,12 @@ class Completer:
             self.storage.complete, self.worker_id, [Completion(o.lease, o.duration_ms) for o in successes]
         )
         archived: Counter[tuple[str, str]] = Counter()
-        events: list[dict[str, Any]] = []  # the bus's event data (id, queue, type)
+        archived_events: list[dict[str, Any]] = []  # the bus's event data (id, queue, type)
         for o in successes:
             if o.record.id in done:
                 archived[(o.record.queue, o.record.type)] += 1
-                events.append({"id": o.record.id, "queue": o.record.queue, "type": o.record.type})
-        bus.publish_many("job.archived", events)  # one hand-off for the batch, one event per job
+                archived_events.append({"id": o.record.id, "queue": o.record.queue, "type": o.record.type})
+        self._events.publish_many("job.archived", archived_events)  # one hand-off, one event per job
         for (queue, type_), n in archived.items():
             ins.completed.add(n, {"queue": queue, "type": type_})
         self.counts.succeeded += len(done)
@@ -131,7 +134,7 @@ class Completer:
             if ok:
                 self.counts.failed += 1
                 ins.dlq.add(1, {**attrs, "reason": o.reason.label})
-                bus.publish("job.failed", id=o.record.id, queue=o.record.queue, reason=o.reason.label)
+                self._events.publish("job.failed", id=o.record.id, queue=o.record.queue, reason=o.reason.label)
             else:
                 self._conflict("fail", 1)
         elif o.kind == "retry":
@@ -139,7 +142,7 @@ class Completer:
             if ok:
                 self.counts.retried += 1
                 ins.retried.add(1, {**attrs, "attempt": o.record.attempt_count})
-                bus.publish("job.updated", id=o.record.id, queue=o.record.queue, status="Pending")
+                self._events.publish("job.updated", id=o.record.id, queue=o.record.queue, status="Pending")
             else:
                 self._conflict("retry", 1)
         elif o.kind == "reschedule":

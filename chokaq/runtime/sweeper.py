@@ -7,7 +7,7 @@ import threading
 import time
 
 from chokaq.domain.models import SweepResult
-from chokaq.runtime.events import bus
+from chokaq.runtime.events import EventBus
 from chokaq.runtime.outage import Outage, backoff
 from chokaq.settings import ChokaQSettings
 from chokaq.storage import Storage
@@ -17,8 +17,9 @@ from chokaq.telemetry import instruments, tracer
 log = logging.getLogger("chokaq.sweep")
 
 
-def run_sweep(storage: Storage, settings: ChokaQSettings) -> SweepResult:
-    """One sweep. Needs only the database: no worker has to be alive."""
+def run_sweep(storage: Storage, settings: ChokaQSettings, *, events: EventBus | None = None) -> SweepResult:
+    """One sweep. Needs only the database: no worker has to be alive. A rescue is announced on
+    ``events`` (the app's bus), when the caller has one whose subscribers should hear of it."""
     with tracer().start_as_current_span("chokaq.sweep") as span:
         result = storage.sweep(
             fetched_timeout=settings.recovery.fetched_job_timeout,
@@ -41,17 +42,20 @@ def run_sweep(storage: Storage, settings: ChokaQSettings) -> SweepResult:
             "zombie" if result.archived == 1 else "zombies",
             result.retried_zombies,
         )
-        bus.publish(
-            "zombie.rescue",
-            recovered=result.recovered,
-            archived=result.archived,
-            retried=result.retried_zombies,
-            ids=result.zombie_ids[:50],
-        )
+        if events is not None:
+            events.publish(
+                "zombie.rescue",
+                recovered=result.recovered,
+                archived=result.archived,
+                retried=result.retried_zombies,
+                ids=result.zombie_ids[:50],
+            )
     return result
 
 
-def sweep_outlasting(storage: Storage, settings: ChokaQSettings, budget: float | None = None) -> SweepResult:
+def sweep_outlasting(
+    storage: Storage, settings: ChokaQSettings, budget: float | None = None, *, events: EventBus | None = None
+) -> SweepResult:
     """One sweep that waits out a database outage of up to ``budget`` seconds (default
     Storage.OutageTolerance) with capped backoff, for callers that run it once (the Functions
     timer). Every sweep statement is safe to replay: a move that committed unheard has nothing left
@@ -61,7 +65,7 @@ def sweep_outlasting(storage: Storage, settings: ChokaQSettings, budget: float |
     attempt = 0
     while True:
         try:
-            result = run_sweep(storage, settings)
+            result = run_sweep(storage, settings, events=events)
             outage.succeeded()
             return result
         except Exception as exc:
@@ -73,13 +77,15 @@ def sweep_outlasting(storage: Storage, settings: ChokaQSettings, budget: float |
             time.sleep(delay)
 
 
-def sweep_forever(storage: Storage, settings: ChokaQSettings, stop: threading.Event) -> None:
+def sweep_forever(
+    storage: Storage, settings: ChokaQSettings, stop: threading.Event, events: EventBus | None = None
+) -> None:
     """Sweep every Recovery.ScanInterval until ``stop``; a failed sweep is logged, never fatal.
     While the database is away: one line per try, and the next sweep as soon as it answers again."""
     outage = Outage(settings.storage.outage_tolerance)
     while not stop.is_set():
         try:
-            run_sweep(storage, settings)
+            run_sweep(storage, settings, events=events)
             outage.succeeded()
         except Exception as exc:
             if is_transient(exc):

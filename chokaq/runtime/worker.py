@@ -125,6 +125,7 @@ class Worker:
             recorded=self._done,
             abandoned=lambda finished: self._done(finished, left=True),
             conflict=self._conflict,
+            events=app.bus,
         )
         self.deadlines = Deadlines(lambda run: self._cancel(run, CANCEL_TIMEOUT))
         self.failure: str | None = None  # why a helper task's death stopped the worker
@@ -280,9 +281,8 @@ class Worker:
         if self.with_sweep:
             from chokaq.runtime.sweeper import sweep_forever
 
-            threading.Thread(
-                target=sweep_forever, args=(self.storage, self.settings, stop), daemon=True
-            ).start()
+            args = (self.storage, self.settings, stop, self.app.bus)
+            threading.Thread(target=sweep_forever, args=args, daemon=True).start()
         try:
             yield
         finally:

@@ -1,7 +1,7 @@
 """Wake-ups for workers when new Pending work is committed: in this process (listeners and
 announcers) and, on PostgreSQL, in others (NOTIFY on :data:`NOTIFY_CHANNEL`; see notify.py).
 
-Separate from ``runtime/events.bus`` on purpose: the bus carries operator events (what happened, for
+Separate from the app's event bus (``ChokaQ.bus``) on purpose: the bus carries operator events (what happened, for
 people and the Deck), and may be slow or absent. A wake-up is only a hint to local workers to look
 sooner instead of at their next poll: it carries no record of what happened, and losing one costs
 latency, never a job (the jobs are stored before anyone is woken).

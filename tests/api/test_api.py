@@ -12,7 +12,6 @@ from pydantic import BaseModel
 
 from chokaq import ChokaQ, FailureReason
 from chokaq.api import create_api
-from chokaq.runtime.events import bus
 from tests.api.helpers import HEADERS, enqueue, make_dead, run_one
 
 OPS, ADMIN, VIEWER = HEADERS["operator"], HEADERS["admin"], HEADERS["viewer"]
@@ -201,7 +200,7 @@ def test_mutations_publish_events_and_recent_endpoint(app: ChokaQ, client: TestC
 
 def test_sse_replays_and_ticks_stats(app: ChokaQ, client: TestClient) -> None:
     t0 = time.time() - 0.001
-    marker = bus.publish("job.updated", id="sse-marker", queue="q")
+    marker = app.bus.publish("job.updated", id="sse-marker", queue="q")
     enqueue(app.storage, queue="sse")
     with client.stream("GET", "/api/events", headers=VIEWER, params={"after": t0, "max_events": 2}) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")

@@ -97,6 +97,18 @@ def test_failure_reasons_statuses_and_locations_are_what_the_filters_take(client
     assert dead["location"] in m["locations"] and dead["failure_reason"] in m["failure_reasons"]
 
 
+def test_the_events_an_action_sends_are_of_the_kinds_meta_lists(client: TestClient) -> None:
+    kinds = meta(client)["event_kinds"]
+    assert {"job.resurrected", "queue.changed", "stats.updated"} <= set(kinds)
+    ops = {**HEADERS["operator"], **WRITE}
+    dead = client.get("/api/dlq", headers=HEADERS["viewer"]).json()["items"][0]["id"]
+    assert client.post(f"/api/dlq/{dead}/resurrect", headers=ops).status_code == 200
+    assert client.patch("/api/queues/default", headers=ops, json={"paused": True}).status_code == 200
+    sent = [e["kind"] for e in client.get("/api/events/recent", headers=HEADERS["viewer"]).json()["events"]]
+    assert "job.resurrected" in sent and "queue.changed" in sent
+    assert set(sent) <= set(kinds)
+
+
 def test_history_windows_match_the_history_endpoint(client: TestClient) -> None:
     windows = meta(client)["history_windows"]
     assert [w["name"] for w in windows] == ["1h", "6h", "24h", "7d"]

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from chokaq import ChokaQ
 from chokaq.api import create_api
+from chokaq.operations.job_out import JobOut
 from tests.api.helpers import HEADERS, enqueue, make_app, make_dead
 
 ROLES = ["anonymous", "viewer", "operator", "admin"]
@@ -74,7 +75,7 @@ def _fill(value: Any, ids: dict[str, str]) -> Any:
 
 def _snapshot(app: ChokaQ, ids: dict[str, str]) -> Any:
     s = app.storage
-    return ([s.get_job(i).to_public() for i in ids.values()],  # type: ignore[union-attr]
+    return ([JobOut.from_record(s.get_job(i)).model_dump() for i in ids.values()],  # type: ignore[arg-type]
             [(q.name, q.is_paused) for q in s.list_queues()],
             [(x.queue, x.pending, x.dlq_size) for x in s.queue_stats()])
 

@@ -58,7 +58,7 @@ def make_zombie(deck: DeckEnv) -> str:
     (fetched,) = s.fetch("ghost-worker", 1, ["reports"])  # the test worker does not serve "reports"
     assert [j.id for j in s.start("ghost-worker", [fetched]).started] == [job_id]
     age(s, job_id, 3600)
-    result = run_sweep(s, deck.app.settings)
+    result = run_sweep(s, deck.app.settings, events=deck.app.bus)  # the Deck's console hears of it
     assert result.archived == 1
     return job_id
 

@@ -14,6 +14,7 @@ from sqlalchemy.exc import OperationalError
 
 from chokaq.domain.models import EnqueueRequest, Lease
 from chokaq.domain.states import FailureReason, JobStatus, Location
+from chokaq.operations.job_out import JobOut
 from chokaq.storage import Storage
 from chokaq.storage.store import Completion
 from tests.helpers import age, counts, totals
@@ -42,7 +43,7 @@ def test_enqueue_and_read_back(storage: Storage) -> None:
         "x,y",
     )
     assert job.payload_json() == {"to": "a@b"} and job.created_by == "me" and job.attempt_count == 0
-    assert job.to_public()["status"] == "Pending"
+    assert JobOut.from_record(job).status == "Pending"
     assert storage.get_job("nope") is None
 
 

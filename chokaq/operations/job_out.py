@@ -1,0 +1,83 @@
+"""The one public shape of a job: what ``GET /api/jobs/{id}`` answers and ``chokaq job show`` prints.
+
+Pydantic only (no FastAPI), so the CLI uses it without loading the web stack.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, Field
+
+from chokaq.domain.models import JobRecord
+from chokaq.domain.payload import readable
+
+
+def iso(value: datetime | None) -> str | None:
+    """A stored timestamp (naive UTC) as ISO 8601 with its ``Z``."""
+    return value.isoformat() + ("Z" if value.tzinfo is None else "") if value else None
+
+
+class JobOut(BaseModel):
+    """A job wherever it is (hot, archive or DLQ); fields a table lacks are null."""
+
+    id: str
+    location: Literal["hot", "archive", "dlq"]
+    status: str | None
+    queue: str
+    type: str
+    payload: Any
+    payload_invalid: bool = Field(default=False, description="the stored payload is not valid under the payload "
+                                  "gate (written by an older version or by SQL): payload is a truncated preview")
+    payload_problem: str | None = None
+    tags: str | None
+    priority: int | None
+    idempotency_key: str | None
+    attempt_count: int
+    failure_reason: str | None
+    error_details: str | None
+    worker_id: str | None
+    heartbeat_utc: str | None
+    scheduled_at_utc: str | None
+    created_at_utc: str | None
+    started_at_utc: str | None
+    last_updated_utc: str | None
+    finished_at_utc: str | None
+    failed_at_utc: str | None
+    duration_ms: int | None
+    created_by: str | None
+    last_modified_by: str | None
+
+    @classmethod
+    def from_record(cls, rec: JobRecord, **extra: Any) -> Self:
+        """The shape of ``rec``; ``extra`` fills the fields a subclass adds (``DlqJobOut``)."""
+        payload, problem = readable(rec.payload)
+        return cls(
+            id=rec.id,
+            location=rec.location.value,
+            status=rec.status.name.capitalize() if rec.status is not None else None,
+            queue=rec.queue,
+            type=rec.type,
+            payload=payload,
+            payload_invalid=problem is not None,
+            payload_problem=problem,
+            tags=rec.tags,
+            priority=rec.priority,
+            idempotency_key=rec.idempotency_key,
+            attempt_count=rec.attempt_count,
+            failure_reason=rec.failure_reason.label if rec.failure_reason is not None else None,
+            error_details=rec.error_details,
+            worker_id=rec.worker_id,
+            heartbeat_utc=iso(rec.heartbeat_utc),
+            scheduled_at_utc=iso(rec.scheduled_at_utc),
+            created_at_utc=iso(rec.created_at_utc),
+            started_at_utc=iso(rec.started_at_utc),
+            last_updated_utc=iso(rec.last_updated_utc),
+            finished_at_utc=iso(rec.finished_at_utc),
+            failed_at_utc=iso(rec.failed_at_utc),
+            duration_ms=rec.duration_ms,
+            created_by=rec.created_by,
+            last_modified_by=rec.last_modified_by,
+            **extra,
+        )
