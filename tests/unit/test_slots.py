@@ -6,7 +6,6 @@ import asyncio
 
 from chokaq.domain.models import JobRecord
 from chokaq.domain.states import Location
-from chokaq.runtime.changes import Changes
 from chokaq.runtime.handlers import JobContext
 from chokaq.runtime.running import Running
 from chokaq.runtime.slots import Slots
@@ -25,7 +24,7 @@ def running(rec: JobRecord) -> Running:
 
 
 def slots(concurrency: int = 2, prefetch: int = 4, batch: int = 2) -> Slots:
-    return Slots(Changes(), concurrency=concurrency, prefetch=prefetch, batch=batch)
+    return Slots(concurrency=concurrency, prefetch=prefetch, batch=batch)
 
 
 def test_idle_slots_are_claimed_straight_into_processing_by_either_fetcher_only_with_a_backlog() -> None:
