@@ -66,7 +66,10 @@ class Slots:
 
         Idle slots and nothing buffered for them: claim straight into Processing and start (one
         write per job fewer). Otherwise the primary fetcher fills the buffer up to the lookahead.
-        The second fetcher only claims for idle slots while there is a backlog."""
+        The second fetcher only claims for idle slots while there is a backlog. Once stopping,
+        nothing: a stop and a change that allows a claim can land in the same loop turn."""
+        if self.stopping:
+            return None
         idle = self.idle()
         if idle > 0 and (primary or self.backlog):
             return min(self.batch, idle), True

@@ -397,7 +397,7 @@ class Worker:
                 # first, so the reconcile counts them as held.
                 await self.reconciler.reconcile()
                 continue
-            if size is None:  # stopping
+            if size is None:  # stopping (Slots.claim_size is None once stopping)
                 continue
             want, start_now = size
             if primary:

@@ -83,3 +83,14 @@ def test_stopping_ends_every_wait_with_nothing_to_start() -> None:
         return await task
 
     assert asyncio.run(scenario()) == []
+
+
+def test_a_stopping_worker_claims_nothing_even_when_a_full_claim_just_showed_a_backlog() -> None:
+    # The race an earlier split opened: the primary's claim comes back full in the same loop turn
+    # as SIGTERM; the second fetcher, woken by both, must not claim (and start) a batch after stop.
+    s = slots()
+    s.claimed(2, 2)
+    assert s.backlog and s.claim_size(primary=False) == (2, True)
+    s.stop()
+    assert s.claim_size(primary=False) is None
+    assert s.claim_size(primary=True) is None
