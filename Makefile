@@ -89,8 +89,9 @@ OBAN_PYTHON ?= $(shell for p in python3.12 python3.13; do $$p -c 'import sys; pr
 
 $(OBAN_STAMP): benchmarks/requirements-bench-oban.txt
 	@if [ -z "$(OBAN_PYTHON)" ]; then echo "no Python >= 3.12 found: oban-py will be skipped (set OBAN_PYTHON=/path/to/python3.12)"; \
-	else set -e; $(OBAN_PYTHON) -m venv $(OBAN_VENV); $(OBAN_VENV)/bin/pip install -q -U pip; \
-	$(OBAN_VENV)/bin/pip install -q -r benchmarks/requirements-bench-oban.txt; touch $(OBAN_STAMP); fi
+	elif $(OBAN_PYTHON) -m venv $(OBAN_VENV) && $(OBAN_VENV)/bin/pip install -q -U pip \
+	  && $(OBAN_VENV)/bin/pip install -q -r benchmarks/requirements-bench-oban.txt; then touch $(OBAN_STAMP); \
+	else rm -rf $(OBAN_VENV); echo "installing oban-py failed: it will be skipped (see the output above)"; fi
 
 bench-oban-venv: $(OBAN_STAMP)
 

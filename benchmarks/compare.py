@@ -54,6 +54,7 @@ from benchmarks.compare_systems import (
     Round,
     Settings,
     System,
+    baseline_system,
     peer_systems,
     run_peer,
     timed_round,
@@ -90,6 +91,12 @@ def parse_args() -> Any:
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument("--bench-python", default=os.path.join(ROOT, ".venv-bench", "bin", "python"))
     p.add_argument("--oban-python", default=os.path.join(ROOT, ".venv-bench-oban", "bin", "python"))
+    p.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also run the chokaq of an older checkout DIR (a git worktree with its own .venv), interleaved "
+        "and paired with chokaq C=40 on PostgreSQL: before/after in one run",
+    )
     p.add_argument("--json", action="store_true", help="also print one JSON object per row and per round")
     p.add_argument("--hard-timeout", type=float, default=2400.0)
     args = p.parse_args()
@@ -105,6 +112,8 @@ def build_systems(args: Any, s: Settings) -> list[System]:
     systems: list[System] = [ChokaqSystem(b, c) for b in backends for c in concs]
     if not args.no_peers:
         systems += peer_systems(args.bench_python, args.oban_python, s)
+    if args.baseline:
+        systems.append(baseline_system(args.baseline, 40))
     return systems
 
 

@@ -181,8 +181,8 @@ def paired_lines(systems: list[System], rounds: list[Round], modes: list[str]) -
 def _ratio_verdicts(peer: PeerSystem, rounds: list[Round], mode: str) -> list[str]:
     out = []
     x = med(paired(rounds, pair_key(peer), peer.key, mode, "jobs_per_s"))
-    target = TARGET_RATIO[peer.key]
-    if not math.isnan(x):
+    target = TARGET_RATIO.get(peer.key)
+    if target is not None and not math.isnan(x):
         verdict = "MET" if x >= target else f"MISSED by {target / x:.2f}x"
         out.append(f"  {mode:<7} chokaq C={peer.pair_c} / {peer.key} = {x:.2f}x (>= {target}x): {verdict}")
     y = med(paired(rounds, pair_key(peer), peer.key, mode, "cpu_us_per_job"))
@@ -200,7 +200,7 @@ def verdicts(systems: list[System], rounds: list[Round], modes: list[str], laten
         for peer in (p for p in systems if isinstance(p, PeerSystem) and not p.skip):
             out += _ratio_verdicts(peer, rounds, mode)
     for r in latency:
-        if r["system"].startswith("chokaq") and r["backend"].startswith("postgres"):
+        if r["system"].startswith("chokaq ") and r["backend"].startswith("postgres"):
             p50 = r["p50_ms"]
             out.append(
                 f"  chokaq enqueue->start p50, {r['backend'].split('(')[-1].rstrip(')')} = {p50:.2f} ms "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -195,6 +196,37 @@ def peer_systems(bench_python: str, oban_python: str, s: Settings) -> list[PeerS
             p.skip = f"not run: {p.python} not found; needs {need}"
             p.label, p.backend_label = p.name, "-"
     return peers
+
+
+class BaselineSystem(PeerSystem):
+    """chokaq as an older checkout has it, measured like a peer; its rows are labelled as the
+    baseline, never as chokaq, so the targets are not judged on them."""
+
+    def run_round(self, s: Settings, mode: str, rnd: int) -> dict[str, float]:
+        figures = super().run_round(s, mode, rnd)
+        self.label = self.name
+        return figures
+
+    def latency(self, s: Settings) -> dict[str, Any]:
+        row = super().latency(s)
+        self.label = row["system"] = self.name
+        return row
+
+
+def baseline_system(root: str, c: int) -> BaselineSystem:
+    """chokaq as an older checkout ``root`` has it (``git worktree add DIR <commit>`` and its own
+    ``make .venv/.installed``), run by *this* checkout's throughput.py copied there, so both sides are
+    measured alike; paired round by round with chokaq C=``c`` on PostgreSQL (before/after figures)."""
+    script, python = os.path.join(root, "benchmarks", "throughput.py"), os.path.join(root, ".venv", "bin", "python")
+    commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    base = BaselineSystem(f"chokaq@{commit.stdout.strip() or 'base'}", script, "bench_chokaq", python, c, c, c, None)
+    if not os.path.exists(base.python):
+        base.skip = f"not run: {base.python} not found"
+    elif os.path.realpath(root) != os.path.realpath(ROOT):
+        # The old checkout's own harness may predate what the table reports: bring this one.
+        shutil.copytree(os.path.join(ROOT, "benchmarks"), os.path.join(root, "benchmarks"), dirs_exist_ok=True)
+    base.label, base.backend_label = base.name, "-"
+    return base
 
 
 def timed_round(system: System, s: Settings, mode: str, rnd: int) -> Round:

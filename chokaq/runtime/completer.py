@@ -14,7 +14,9 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
+from chokaq.runtime.changes import Changes
 from chokaq.runtime.dbcall import DbCall
 from chokaq.runtime.events import EventBus
 from chokaq.runtime.outage import Outage, backoff
@@ -59,19 +61,20 @@ class Completer:
         self._retry_delay = retry_delay
         self._retryable = retryable
         self._events = events if events is not None else EventBus()
-        # Binds to the running loop on first use (Python >= 3.10), not here.
-        self._queue: asyncio.Queue[Outcome] = asyncio.Queue()
+        # Outcomes not yet taken for writing: a plain list, handed over whole (cheaper per job
+        # than an asyncio.Queue's put and get).
+        self._pending: list[Outcome] = []
+        self._arrived = Changes()
 
     def put(self, outcome: Outcome) -> None:
-        self._queue.put_nowait(outcome)
+        self._pending.append(outcome)
+        self._arrived.notify()
 
     async def run(self) -> None:
         """Take every outcome waiting, record them as one batch, repeat."""
         while True:
-            first = await self._queue.get()
-            batch = [first]
-            while not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+            await self._arrived.until(lambda: bool(self._pending))
+            batch, self._pending = self._pending, []
             await self.record(batch)
 
     async def record(self, batch: list[Outcome]) -> None:
@@ -111,10 +114,12 @@ class Completer:
             self.storage.complete, self.worker_id, [Completion(o.lease, o.duration_ms) for o in successes]
         )
         archived: Counter[tuple[str, str]] = Counter()
+        archived_events: list[dict[str, Any]] = []  # the bus's event data (id, queue, type)
         for o in successes:
             if o.record.id in done:
                 archived[(o.record.queue, o.record.type)] += 1
-                self._events.publish("job.archived", id=o.record.id, queue=o.record.queue, type=o.record.type)
+                archived_events.append({"id": o.record.id, "queue": o.record.queue, "type": o.record.type})
+        self._events.publish_many("job.archived", archived_events)  # one hand-off, one event per job
         for (queue, type_), n in archived.items():
             ins.completed.add(n, {"queue": queue, "type": type_})
         self.counts.succeeded += len(done)

@@ -39,7 +39,6 @@ class Reconciler:
         worker_id: str,
         outage: Outage,
         slots: Slots,
-        changes: Changes,
         *,
         db: DbCall,
         adopted: Callable[[], None],
@@ -49,7 +48,7 @@ class Reconciler:
         self.worker_id = worker_id
         self.outage = outage
         self.slots = slots
-        self.changes = changes
+        self.changes = Changes()  # a move or a reconcile began or ended, or one became due
         self._db = db
         self._adopted = adopted
         self.since: datetime | None = None  # database clock at the worker's start: older rows are not ours

@@ -4,22 +4,23 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from chokaq.domain.models import JobRecord, Lease
 from chokaq.runtime.handlers import JobContext
 
+if TYPE_CHECKING:  # the annotation only: deadlines.py holds Running objects
+    from chokaq.runtime.deadlines import Deadline
 
-@dataclass
+
+@dataclass(slots=True)
 class Running:
     record: JobRecord
     lease: Lease
     ctx: JobContext
-    task: asyncio.Task[Any] | None = None
-    thread: Future[Any] | None = None
-    started: float = field(default_factory=time.monotonic)
+    task: asyncio.Task[None] | None = None
+    thread: Future[object] | None = None  # a plain function's run (its result is not used)
     traced: bool = False
-
+    deadline: Deadline | None = None  # set while its handler runs (see deadlines.py)

@@ -5,7 +5,11 @@ Stages of a job held here: claimed by a fetch in flight (counted only), buffered
 for a slot), being started (a start batch in flight), running (started and not yet finalised;
 ``executing`` while its handler still runs). A handler frees its slot when it returns, before its
 outcome is written; bounding started-and-unwritten jobs too (Concurrency + Prefetch in all) keeps a
-slow database from piling up Processing rows."""
+slow database from piling up Processing rows.
+
+Waiters listen to what can satisfy them: ``slot`` (a slot may be free), ``jobs`` (jobs were
+buffered) and ``room`` (the buffer has room, a claim ended, or a backlog showed: fetchers look
+again). Stopping notifies all three."""
 
 from __future__ import annotations
 
@@ -19,8 +23,10 @@ from chokaq.runtime.running import Running
 
 
 class Slots:
-    def __init__(self, changes: Changes, *, concurrency: int, prefetch: int, batch: int) -> None:
-        self.changes = changes
+    def __init__(self, *, concurrency: int, prefetch: int, batch: int) -> None:
+        self.slot = Changes()
+        self.jobs = Changes()
+        self.room = Changes()
         self.concurrency = concurrency
         self.prefetch = prefetch
         self.batch = batch
@@ -60,7 +66,10 @@ class Slots:
 
         Idle slots and nothing buffered for them: claim straight into Processing and start (one
         write per job fewer). Otherwise the primary fetcher fills the buffer up to the lookahead.
-        The second fetcher only claims for idle slots while there is a backlog."""
+        The second fetcher only claims for idle slots while there is a backlog. Once stopping,
+        nothing: a stop and a change that allows a claim can land in the same loop turn."""
+        if self.stopping:
+            return None
         idle = self.idle()
         if idle > 0 and (primary or self.backlog):
             return min(self.batch, idle), True
@@ -75,7 +84,8 @@ class Slots:
     # ------------------------------------------------------------------ changes
     def stop(self) -> None:
         self.stopping = True
-        self.changes.notify()
+        for changes in (self.slot, self.jobs, self.room):
+            changes.notify()
 
     @contextlib.contextmanager
     def claiming(self, want: int, *, start: bool) -> Iterator[None]:
@@ -91,46 +101,51 @@ class Slots:
             # may be waiting on it.
             if start:
                 self._starting -= want
+                self.slot.notify()
             else:
                 self._claiming -= want
-            self.changes.notify()
+            self.room.notify()
 
     def claimed(self, got: int, want: int) -> None:
         self.backlog = got == want
         if self.backlog:
-            self.changes.notify()  # the second fetcher waits for one
+            self.room.notify()  # the second fetcher waits for one
 
     def add_buffered(self, jobs: Iterable[JobRecord]) -> None:
         self.buffer.extend(jobs)
-        self.changes.notify()
+        self.jobs.notify()
 
     def take_buffer(self) -> list[JobRecord]:
         pending = list(self.buffer)
         self.buffer.clear()
-        self.changes.notify()
+        self.room.notify()
         return pending
 
     async def jobs_to_start(self) -> list[JobRecord]:
         """Wait for a free slot and a buffered job, then take as many as there are slots for;
         [] once stopping. The caller ends the start with :meth:`start_ended`."""
-        await self.changes.until(lambda: self.stopping or (bool(self.buffer) and self.free() > 0))
-        if self.stopping:
-            return []
-        batch = [self.buffer.popleft() for _ in range(min(self.free(), len(self.buffer)))]
-        self._starting += len(batch)
-        self.in_start.update(j.id for j in batch)
-        self.changes.notify()  # the buffer has room
-        return batch
+        while not self.stopping:
+            if not self.buffer:
+                await self.jobs.changed()
+            elif self.free() <= 0:
+                await self.slot.changed()
+            else:
+                batch = [self.buffer.popleft() for _ in range(min(self.free(), len(self.buffer)))]
+                self._starting += len(batch)
+                self.in_start.update(j.id for j in batch)
+                self.room.notify()
+                return batch
+        return []
 
     def requeue(self, batch: list[JobRecord]) -> None:
         """A start that failed: its jobs go back to the front of the buffer."""
         self.buffer.extendleft(reversed(batch))
-        self.changes.notify()
+        self.jobs.notify()
 
     def start_ended(self, batch: list[JobRecord]) -> None:
         self.in_start.difference_update(j.id for j in batch)
         self._starting -= len(batch)
-        self.changes.notify()  # the other starter may have been waiting on these slots
+        self.slot.notify()  # the other starter may have been waiting on these slots
 
     def launched(self, run: Running) -> None:
         self.running[run.record.id] = run
@@ -138,10 +153,10 @@ class Slots:
 
     def handler_ended(self, job_id: str) -> None:
         self.executing.discard(job_id)
-        self.changes.notify()
+        self.slot.notify()
 
     def finished(self, job_ids: Iterable[str]) -> None:
         """Outcomes recorded (or left to the sweep): the jobs are no longer held."""
         for job_id in job_ids:
             self.running.pop(job_id, None)
-        self.changes.notify()
+        self.slot.notify()

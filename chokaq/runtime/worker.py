@@ -27,13 +27,14 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from chokaq.domain.models import JobRecord
 from chokaq.domain.states import FailureReason
-from chokaq.runtime import outcomes
+from chokaq.runtime import changes, outcomes
 from chokaq.runtime.changes import Changes
 from chokaq.runtime.completer import Completer
+from chokaq.runtime.deadlines import Deadlines
 from chokaq.runtime.handlers import CANCEL_SHUTDOWN, CANCEL_TIMEOUT, CancelReason, Handler, JobContext
 from chokaq.runtime.health import write_health_forever
 from chokaq.runtime.heartbeat import Heartbeat
@@ -81,18 +82,16 @@ class Worker:
         self.with_sweep = with_sweep
         self.counts = WorkerStats()
         self.outage = Outage(self.settings.storage.outage_tolerance, ex.health_file, self.id)
-        # Every change the fetch and start loops may wait for is announced here.
-        self.changes = Changes()
         self.slots = Slots(
-            self.changes,
             concurrency=self.concurrency,
             prefetch=self.prefetch,
             batch=min(ex.fetch_batch_size, self.prefetch),
         )
         self.reconciler = Reconciler(
-            self.storage, self.id, self.outage, self.slots, self.changes, db=self._db, adopted=self._active
+            self.storage, self.id, self.outage, self.slots, db=self._db, adopted=self._active
         )
         self._woken = False  # NOTIFY arrived or wake() was called: the primary fetcher claims now
+        self._wakes = Changes()  # _woken was set, or the worker is stopping
         self._loop: asyncio.AbstractEventLoop | None = None
         # Enough threads that a heartbeat or an outcome never queues behind fetches and starts
         # stuck on a hung connection (until its timeout ends it).
@@ -128,6 +127,7 @@ class Worker:
             conflict=self._conflict,
             events=app.bus,
         )
+        self.deadlines = Deadlines(lambda run: self._cancel(run, CANCEL_TIMEOUT))
         self.failure: str | None = None  # why a helper task's death stopped the worker
 
     # ------------------------------------------------------------------ plumbing
@@ -144,7 +144,7 @@ class Worker:
     def _poke(self) -> None:
         """Wake the fetcher (new jobs were announced)."""
         self._woken = True
-        self.changes.notify()
+        self._wakes.notify()
 
     def _active(self) -> None:
         self._last_active = time.monotonic()
@@ -227,7 +227,10 @@ class Worker:
     def _begin_stop(self) -> None:
         if not self.slots.stopping:
             log.info("worker %s stopping: no more fetches", self.id)
-        self.slots.stop()  # every wait in the fetch and start loops ends
+        # Every wait in the fetch and start loops, and every backoff sleep, ends.
+        self.slots.stop()
+        self._wakes.notify()
+        self.reconciler.changes.notify()
 
     # ------------------------------------------------------------------ lifecycle
     def run(self, *, install_signals: bool = True) -> None:
@@ -358,7 +361,7 @@ class Worker:
         if self.slots.stopping:
             await asyncio.sleep(0)
             return
-        await self.changes.until(lambda: self.slots.stopping, timeout=seconds)
+        await changes.until(lambda: self.slots.stopping, self._wakes, timeout=seconds)
 
     async def _probe(self) -> None:
         """Past the outage budget: one ping, then a backoff wait. A success resumes claiming."""
@@ -394,7 +397,7 @@ class Worker:
                 # first, so the reconcile counts them as held.
                 await self.reconciler.reconcile()
                 continue
-            if size is None:  # stopping
+            if size is None:  # stopping (Slots.claim_size is None once stopping)
                 continue
             want, start_now = size
             if primary:
@@ -414,7 +417,7 @@ class Worker:
                 self._active()
             elif primary and jobs is not None:
                 # Nothing due: sleep until the poll interval passes or a NOTIFY/stop wakes us.
-                await self.changes.until(lambda: self._woken or slots.stopping, timeout=self._poll_interval())
+                await self._wakes.until(lambda: self._woken or slots.stopping, timeout=self._poll_interval())
 
     async def _claim_size(self, *, primary: bool) -> tuple[int, bool] | None:
         """Wait until this fetcher has something to claim (see Slots.claim_size), a reconcile is
@@ -426,7 +429,8 @@ class Worker:
             size = self.slots.claim_size(primary=primary)
             return size is not None or self.slots.stopping or self.reconciler.due
 
-        await self.changes.until(ready)
+        slots = self.slots
+        await changes.until(ready, slots.slot, slots.room, self.reconciler.changes)
         return size
 
     async def _claim(self, want: int, *, start_now: bool) -> list[JobRecord] | None:
@@ -485,6 +489,7 @@ class Worker:
         ins = instruments()
         # Looked up once per batch: asking OpenTelemetry for its provider is not free.
         traced = tracing_active()
+        watched: dict[float, list[Running]] = {}  # by timeout: one deadline each for this batch
         for rec in started:
             if rec.id in self.slots.running:
                 # Never a second run of one job here (a reconcile and a replayed start both
@@ -502,7 +507,12 @@ class Worker:
             run = Running(record=rec, lease=rec.lease, ctx=ctx, traced=traced)
             self.slots.launched(run)
             self.counts.started += 1
-            run.task = asyncio.create_task(self._execute(run), name=f"chokaq-job-{rec.id}")
+            watched.setdefault(self._timeout_for(rec.type), []).append(run)
+            # Unnamed: a name is a string built per job that only a debugger would read.
+            run.task = asyncio.create_task(self._execute(run))
+        assert self._loop is not None
+        for timeout, runs in watched.items():
+            self.deadlines.watch(self._loop, runs, timeout)
         self._active()
 
     # ------------------------------------------------------------------ execute
@@ -550,26 +560,20 @@ class Worker:
                     span.set_attribute("chokaq.timeout", True)
                 span.set_attribute("chokaq.outcome", outcome.kind)
         instruments().processing_duration.record(outcome.duration_ms, {"queue": rec.queue, "type": rec.type})
+        self.deadlines.ended(run)
         self.slots.handler_ended(rec.id)
         self.completer.put(outcome)
 
     async def _call(self, handler: Handler, run: Running) -> None:
         payload = handler.parse_payload(run.record.payload)
-        args: tuple[Any, ...] = (payload, run.ctx) if handler.wants_ctx else (payload,)
-        timeout = handler.timeout or self.settings.execution.default_timeout
+        args: tuple[object, ...] = (payload, run.ctx) if handler.wants_ctx else (payload,)
+        # Its deadline (deadlines.py) cancels the task; a thread cannot be killed, so cooperative
+        # plain handlers see ctx.cancelled and stop.
         if handler.is_async:
-            aw: Any = handler.fn(*args)
+            await handler.fn(*args)
         else:
             run.thread = self._job_pool.submit(contextvars.copy_context().run, handler.fn, *args)
-            aw = asyncio.wrap_future(run.thread)
-        # One timer handle per job: cheaper than asyncio.timeout's context manager, and the same
-        # effect. A thread cannot be killed; cooperative handlers see ctx.cancelled and stop.
-        assert self._loop is not None
-        timer = self._loop.call_later(timeout, self._cancel, run, CANCEL_TIMEOUT)
-        try:
-            await aw
-        finally:
-            timer.cancel()
+            await asyncio.wrap_future(run.thread)
 
     def _timeout_for(self, job_type: str) -> float:
         handler = self.app.handlers.get(job_type)
@@ -661,7 +665,7 @@ class Worker:
 
         # Re-checked on every change, and at least twice a second for the clock and the outage.
         while self.slots.running and (time.monotonic() < deadline or riding_out()):
-            await self.changes.until(lambda: not self.slots.running, timeout=0.5)
+            await self.slots.slot.until(lambda: not self.slots.running, timeout=0.5)
 
 
 class _Rejected(Exception):

@@ -6,7 +6,6 @@ import asyncio
 
 from chokaq.domain.models import JobRecord
 from chokaq.domain.states import Location
-from chokaq.runtime.changes import Changes
 from chokaq.runtime.handlers import JobContext
 from chokaq.runtime.running import Running
 from chokaq.runtime.slots import Slots
@@ -25,7 +24,7 @@ def running(rec: JobRecord) -> Running:
 
 
 def slots(concurrency: int = 2, prefetch: int = 4, batch: int = 2) -> Slots:
-    return Slots(Changes(), concurrency=concurrency, prefetch=prefetch, batch=batch)
+    return Slots(concurrency=concurrency, prefetch=prefetch, batch=batch)
 
 
 def test_idle_slots_are_claimed_straight_into_processing_by_either_fetcher_only_with_a_backlog() -> None:
@@ -84,3 +83,14 @@ def test_stopping_ends_every_wait_with_nothing_to_start() -> None:
         return await task
 
     assert asyncio.run(scenario()) == []
+
+
+def test_a_stopping_worker_claims_nothing_even_when_a_full_claim_just_showed_a_backlog() -> None:
+    # The race an earlier split opened: the primary's claim comes back full in the same loop turn
+    # as SIGTERM; the second fetcher, woken by both, must not claim (and start) a batch after stop.
+    s = slots()
+    s.claimed(2, 2)
+    assert s.backlog and s.claim_size(primary=False) == (2, True)
+    s.stop()
+    assert s.claim_size(primary=False) is None
+    assert s.claim_size(primary=True) is None
