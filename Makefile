@@ -41,7 +41,12 @@ test-mssql-here: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+## Format the tree as `make lint` checks it (ruff format)
+fmt: $(STAMP)
+	$(VENV)/bin/ruff format .
 
 ## Regenerate the plain DDL scripts and the hot-path statements (queries.sql) under sql/
 scripts: $(STAMP)

@@ -628,19 +628,33 @@ def history_cost(args: Any) -> None:
                     counter.active = False
                 counted = sum(b.succeeded for b in h.buckets)
                 dead = sum(b.failed_total for b in h.buckets)
-                rows.append([f"{size:,} {label}", window + (f" queue={queue}" if queue else ""),
-                             str(len(h.buckets)), f"{counted:,}", f"{dead:,}", ms(median(times)), ms(max(times)),
-                             load()])
+                rows.append(
+                    [
+                        f"{size:,} {label}",
+                        window + (f" queue={queue}" if queue else ""),
+                        str(len(h.buckets)),
+                        f"{counted:,}",
+                        f"{dead:,}",
+                        ms(median(times)),
+                        ms(max(times)),
+                        load(),
+                    ]
+                )
                 log(f"history {label} {window} {queue or ''}: {median(times) * 1000:.1f} ms (load {load()})")
                 if window == "24h" and queue is None and label == "over 7 d":
                     plans += explain(app, [c for c in counter.captured if "GROUP BY" in c[0]])
         counter.detach()
         app.close()
     drop_database(DB)
-    print(f"\nHistory: chokaq.storage.history.load_history(window) on {size:,} archive rows and {size // 100:,} "
-          f"DLQ rows (4 queues, 11 reasons); median of {args.reps}\n")
-    print_table(["archive rows", "window", "buckets", "succeeded counted", "dead counted", "median ms", "max ms",
-                 "load1"], rows, left=2)
+    print(
+        f"\nHistory: chokaq.storage.history.load_history(window) on {size:,} archive rows and {size // 100:,} "
+        f"DLQ rows (4 queues, 11 reasons); median of {args.reps}\n"
+    )
+    print_table(
+        ["archive rows", "window", "buckets", "succeeded counted", "dead counted", "median ms", "max ms", "load1"],
+        rows,
+        left=2,
+    )
     print("\nEXPLAIN (ANALYZE, BUFFERS), 24h window, rows over 7 d:\n")
     for p in plans:
         print(p + "\n")
@@ -673,8 +687,13 @@ def parse_args() -> Any:
 def main() -> int:
     args = parse_args()
     logging.basicConfig(level=logging.WARNING)
-    steps = {"sweep": sweep_cost, "fetch": fetch_cost, "dlq": dlq_cost, "heartbeat": heartbeat_cost,
-             "history": history_cost}
+    steps = {
+        "sweep": sweep_cost,
+        "fetch": fetch_cost,
+        "dlq": dlq_cost,
+        "heartbeat": heartbeat_cost,
+        "history": history_cost,
+    }
     chosen = list(steps) if args.what == "all" else [args.what]
     install_hard_timeout(args.hard_timeout * len(chosen))
     print(

@@ -34,8 +34,12 @@ sys.path.insert(0, str(ROOT))
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--samples", type=int, default=100)
-    ap.add_argument("--db", default="", help="SQLAlchemy URL (default: a SQLite file in a temp dir); a "
-                    "postgresql URL gets a fresh database created next to it")
+    ap.add_argument(
+        "--db",
+        default="",
+        help="SQLAlchemy URL (default: a SQLite file in a temp dir); a "
+        "postgresql URL gets a fresh database created next to it",
+    )
     ap.add_argument("--poll", type=float, default=0.01, help="seconds between queue polls")
     args = ap.parse_args()
 
@@ -62,8 +66,10 @@ def main() -> None:
     else:
         url = args.db or f"sqlite:///{tmp / 'bench.db'}"
     queue_name = "bench-doorbell"
-    settings: dict[str, Any] = {"functions": {"doorbell_queue": queue_name},
-                                "storage": {"polling_interval": 0.05, "idle_polling_interval": 0.1}}
+    settings: dict[str, Any] = {
+        "functions": {"doorbell_queue": queue_name},
+        "storage": {"polling_interval": 0.05, "idle_polling_interval": 0.1},
+    }
     consumer = ChokaQ(storage_url=url, **settings)
     consumer.storage.upgrade()
     started: dict[int, float] = {}
@@ -74,15 +80,19 @@ def main() -> None:
         started[payload["n"]] = time.time()
         ran.set()
 
-    env = {"ChokaqDoorbell": azurite.connection_string, "CHOKAQ_DRAIN_IDLE_SECONDS": "0.2",
-           "CHOKAQ_DRAIN_SECONDS": "30"}
+    env = {
+        "ChokaqDoorbell": azurite.connection_string,
+        "CHOKAQ_DRAIN_IDLE_SECONDS": "0.2",
+        "CHOKAQ_DRAIN_SECONDS": "30",
+    }
     fa = build_function_app(consumer, environ=env)
     wake = {f.get_function_name(): f.get_user_function() for f in fa.get_functions()}["wake"]
     producer = ChokaQ(storage_url=url, **settings)
     bell = install(producer, env)
     assert bell is not None
-    host = QueueClient.from_connection_string(azurite.connection_string, queue_name,
-                                              message_decode_policy=TextBase64DecodePolicy())
+    host = QueueClient.from_connection_string(
+        azurite.connection_string, queue_name, message_decode_policy=TextBase64DecodePolicy()
+    )
     host.create_queue()
 
     def poll_and_wake(stop: threading.Event) -> None:
@@ -124,8 +134,18 @@ def main() -> None:
             drop()
     lat.sort()
     p99 = lat[min(len(lat) - 1, round(0.99 * (len(lat) - 1)))]
-    print(json.dumps({"db": url.split(":", 1)[0], "samples": len(lat), "p50_ms": round(statistics.median(lat), 1),
-                      "p99_ms": round(p99, 1), "max_ms": round(lat[-1], 1), "rings": bell.sent}))
+    print(
+        json.dumps(
+            {
+                "db": url.split(":", 1)[0],
+                "samples": len(lat),
+                "p50_ms": round(statistics.median(lat), 1),
+                "p99_ms": round(p99, 1),
+                "max_ms": round(lat[-1], 1),
+                "rings": bell.sent,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

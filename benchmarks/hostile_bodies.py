@@ -31,8 +31,10 @@ def main() -> None:
         server = LiveServer(Path(tmp) / "bench.db")
         try:
             before = rss_kib(server.pid)
-            head = (f"POST /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {size}\r\n\r\n")
+            head = (
+                f"POST /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {size}\r\n\r\n"
+            )
             statuses: list[int] = []
             peak = before
             done = threading.Event()
@@ -65,11 +67,15 @@ def main() -> None:
         finally:
             server.stop()
     print(f"bodies: {args.bodies} x {args.mb} MB anonymous; statuses: {sorted(set(statuses))}")
-    print(f"server RSS: before {before / 1024:.1f} MB, peak {peak / 1024:.1f} MB, after {after / 1024:.1f} MB "
-          f"(growth {(after - before) / 1024:.1f} MB)")
+    print(
+        f"server RSS: before {before / 1024:.1f} MB, peak {peak / 1024:.1f} MB, after {after / 1024:.1f} MB "
+        f"(growth {(after - before) / 1024:.1f} MB)"
+    )
     if health_ms:
-        print(f"/api/health meanwhile: n={len(health_ms)} median {statistics.median(health_ms):.1f} ms, "
-              f"max {max(health_ms):.1f} ms")
+        print(
+            f"/api/health meanwhile: n={len(health_ms)} median {statistics.median(health_ms):.1f} ms, "
+            f"max {max(health_ms):.1f} ms"
+        )
 
 
 if __name__ == "__main__":

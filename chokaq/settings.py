@@ -131,8 +131,9 @@ class AdminSettings(BaseModel):
     allowed_hosts: list[str] = Field(default_factory=list, description="Host header values the API answers to")
     max_event_streams: int = Field(default=200, ge=1, description="open /api/events streams per process")
     max_event_streams_per_principal: int = Field(default=5, ge=1)
-    event_stream_max_seconds: float = Field(default=300.0, gt=0, description="then the client reconnects and "
-                                            "is authorised again")
+    event_stream_max_seconds: float = Field(
+        default=300.0, gt=0, description="then the client reconnects and is authorised again"
+    )
 
 
 class FunctionsSettings(BaseModel):
@@ -203,8 +204,9 @@ def load_settings(**overrides: Any) -> ChokaQSettings:
     try:
         return ChokaQSettings(**overrides)
     except SettingsError as exc:  # a JSON value (e.g. CHOKAQ_ADMIN__TOKENS) that does not parse
-        raise ConfigurationError(f"invalid chokaq settings: {redact(str(exc))} (JSON values must be valid "
-                                 "JSON)") from None
+        raise ConfigurationError(
+            f"invalid chokaq settings: {redact(str(exc))} (JSON values must be valid JSON)"
+        ) from None
     except ValidationError as exc:
         lines = []
         for err in exc.errors():

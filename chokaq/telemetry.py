@@ -132,8 +132,10 @@ def configure(service_name: str = "chokaq") -> bool:
     if not endpoint:
         if not _reported_unexported:
             _reported_unexported = True
-            log.info("no OpenTelemetry exporter is configured (APPLICATIONINSIGHTS_CONNECTION_STRING or "
-                     "OTEL_EXPORTER_OTLP_ENDPOINT): chokaq's spans and metrics are not exported")
+            log.info(
+                "no OpenTelemetry exporter is configured (APPLICATIONINSIGHTS_CONNECTION_STRING or "
+                "OTEL_EXPORTER_OTLP_ENDPOINT): chokaq's spans and metrics are not exported"
+            )
         return False
     try:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -156,8 +158,11 @@ def configure(service_name: str = "chokaq") -> bool:
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         trace.set_tracer_provider(provider)
     _configured = True
-    log.info("OpenTelemetry OTLP export to %s (%s)", endpoint,
-             ", ".join(n for n, on in (("traces", want_traces), ("metrics", want_metrics)) if on))
+    log.info(
+        "OpenTelemetry OTLP export to %s (%s)",
+        endpoint,
+        ", ".join(n for n, on in (("traces", want_traces), ("metrics", want_metrics)) if on),
+    )
     return True
 
 
@@ -180,8 +185,10 @@ def _configure_azure_monitor(service_name: str, *, traces: bool, metrics_: bool)
         # The Functions host already ships the worker's log records to Application Insights.
         disable_logging=bool(os.environ.get("FUNCTIONS_WORKER_RUNTIME")),
     )
-    log.info("OpenTelemetry export to Application Insights (Azure Monitor distro): %s",
-             ", ".join(n for n, on in (("traces", traces), ("metrics", metrics_)) if on))
+    log.info(
+        "OpenTelemetry export to Application Insights (Azure Monitor distro): %s",
+        ", ".join(n for n, on in (("traces", traces), ("metrics", metrics_)) if on),
+    )
     return True
 
 

@@ -41,8 +41,9 @@ log = logging.getLogger("chokaq.functions")
 DRAIN_ENV_NAMES = ["CHOKAQ_DRAIN_SCHEDULE", "CHOKAQ_DRAIN_SECONDS", "CHOKAQ_DRAIN_IDLE_SECONDS"]
 
 
-def build_function_app(chokaq_app: ChokaQ | None = None, *,
-                       environ: Mapping[str, str] = os.environ) -> func.FunctionRegister:
+def build_function_app(
+    chokaq_app: ChokaQ | None = None, *, environ: Mapping[str, str] = os.environ
+) -> func.FunctionRegister:
     from functions import api, misconfigured
 
     telemetry.configure("chokaq-functions")
@@ -63,11 +64,15 @@ def _assemble(app: ChokaQ, environ: Mapping[str, str]) -> func.FunctionRegister:
 
     fa = api.asgi_function_app(app, environ)
     fa.register_functions(timers.blueprint(app))
-    wanted = {"drain": (environ.get("CHOKAQ_DRAIN_SCHEDULE") or "").strip(),
-              "wake": app.settings.functions.doorbell_queue}
+    wanted = {
+        "drain": (environ.get("CHOKAQ_DRAIN_SCHEDULE") or "").strip(),
+        "wake": app.settings.functions.doorbell_queue,
+    }
     slices: drain.Slices | None = None
-    for setting, name, make in (("CHOKAQ_DRAIN_SCHEDULE", "drain", drain.blueprint),
-                                (doorbell.QUEUE_SETTING, "wake", wake.blueprint)):
+    for setting, name, make in (
+        ("CHOKAQ_DRAIN_SCHEDULE", "drain", drain.blueprint),
+        (doorbell.QUEUE_SETTING, "wake", wake.blueprint),
+    ):
         if not wanted[name]:
             continue
         if not app.handlers:

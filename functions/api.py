@@ -16,8 +16,11 @@ import azure.functions as func
 from chokaq.api import create_api
 from chokaq.runtime.app import ChokaQ
 
-AUTH_LEVELS = {"FUNCTION": func.AuthLevel.FUNCTION, "ANONYMOUS": func.AuthLevel.ANONYMOUS,
-               "ADMIN": func.AuthLevel.ADMIN}
+AUTH_LEVELS = {
+    "FUNCTION": func.AuthLevel.FUNCTION,
+    "ANONYMOUS": func.AuthLevel.ANONYMOUS,
+    "ADMIN": func.AuthLevel.ADMIN,
+}
 
 
 def auth_level(environ: Mapping[str, str] = os.environ) -> func.AuthLevel:
@@ -31,5 +34,4 @@ def auth_level(environ: Mapping[str, str] = os.environ) -> func.AuthLevel:
 
 def asgi_function_app(app: ChokaQ, environ: Mapping[str, str] = os.environ) -> func.AsgiFunctionApp:
     """The root FunctionApp: the admin API; the timers are registered on it as blueprints."""
-    return func.AsgiFunctionApp(app=create_api(app), http_auth_level=auth_level(environ),
-                                function_name="http_app_func")
+    return func.AsgiFunctionApp(app=create_api(app), http_auth_level=auth_level(environ), function_name="http_app_func")

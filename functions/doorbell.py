@@ -141,10 +141,14 @@ def install(app: ChokaQ, environ: Mapping[str, str] = os.environ) -> Doorbell | 
         return None
     if app in _installed:
         return _installed[app]
-    bell = Doorbell(AzureQueueSender(queue_client(queue_name, environ)),
-                    interval=app.settings.functions.doorbell_interval)
+    bell = Doorbell(
+        AzureQueueSender(queue_client(queue_name, environ)), interval=app.settings.functions.doorbell_interval
+    )
     app.storage.add_announcer(bell)
     _installed[app] = bell
-    log.info("doorbell on: enqueues ring Azure Storage queue %r (at most once per %gs per chokaq queue)",
-             queue_name, bell.interval)
+    log.info(
+        "doorbell on: enqueues ring Azure Storage queue %r (at most once per %gs per chokaq queue)",
+        queue_name,
+        bell.interval,
+    )
     return bell

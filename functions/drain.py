@@ -89,11 +89,18 @@ def drain_budget(app: ChokaQ, environ: Mapping[str, str], timeout: float | None 
     idle = float(environ.get("CHOKAQ_DRAIN_IDLE_SECONDS") or DEFAULT_IDLE_SECONDS)
     if seconds <= 0 or idle <= 0:
         raise ValueError("CHOKAQ_DRAIN_SECONDS and CHOKAQ_DRAIN_IDLE_SECONDS must be > 0")
-    limit = (timeout if timeout is not None else function_timeout(environ=environ)) \
-        - app.settings.execution.shutdown_grace - MARGIN_SECONDS
+    limit = (
+        (timeout if timeout is not None else function_timeout(environ=environ))
+        - app.settings.execution.shutdown_grace
+        - MARGIN_SECONDS
+    )
     if seconds > limit:
-        log.error("CHOKAQ_DRAIN_SECONDS=%g does not fit functionTimeout with Execution.ShutdownGrace=%g; "
-                  "using %gs", seconds, app.settings.execution.shutdown_grace, max(limit, 1.0))
+        log.error(
+            "CHOKAQ_DRAIN_SECONDS=%g does not fit functionTimeout with Execution.ShutdownGrace=%g; using %gs",
+            seconds,
+            app.settings.execution.shutdown_grace,
+            max(limit, 1.0),
+        )
         seconds = max(limit, 1.0)
     return seconds, idle
 
@@ -111,8 +118,15 @@ class SliceControl:
             self.worker.wake()
 
 
-async def drain(app: ChokaQ, *, seconds: float, idle_seconds: float, queues: list[str] | None = None,
-                concurrency: int | None = None, control: SliceControl | None = None) -> dict[str, Any]:
+async def drain(
+    app: ChokaQ,
+    *,
+    seconds: float,
+    idle_seconds: float,
+    queues: list[str] | None = None,
+    concurrency: int | None = None,
+    control: SliceControl | None = None,
+) -> dict[str, Any]:
     """Run a worker for at most ``seconds`` (less when idle for ``idle_seconds``), then stop it
     gracefully and return its counters. A poke through ``control`` counts as activity and makes the
     worker fetch at once."""
@@ -180,8 +194,7 @@ def blueprint(slices: Slices) -> func.Blueprint:
     bp = func.Blueprint()  # type: ignore[no-untyped-call]
 
     @bp.function_name("drain")
-    @bp.timer_trigger(arg_name="timer", schedule="%CHOKAQ_DRAIN_SCHEDULE%", run_on_startup=False,
-                      use_monitor=False)
+    @bp.timer_trigger(arg_name="timer", schedule="%CHOKAQ_DRAIN_SCHEDULE%", run_on_startup=False, use_monitor=False)
     async def drain_timer(timer: func.TimerRequest) -> None:
         """Run the app's handlers for one time-boxed slice (the backstop behind the doorbell)."""
         ours = telemetry.configure("chokaq-functions")

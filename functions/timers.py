@@ -22,8 +22,7 @@ def blueprint(app: ChokaQ) -> func.Blueprint:
     bp = func.Blueprint()  # type: ignore[no-untyped-call]
 
     @bp.function_name("sweep")
-    @bp.timer_trigger(arg_name="timer", schedule="%CHOKAQ_SWEEP_SCHEDULE%", run_on_startup=False,
-                      use_monitor=False)
+    @bp.timer_trigger(arg_name="timer", schedule="%CHOKAQ_SWEEP_SCHEDULE%", run_on_startup=False, use_monitor=False)
     def sweep(timer: func.TimerRequest) -> None:
         """Recovery sweep: Fetched too long -> Pending, expired heartbeat -> DLQ (Zombie)."""
         ours = telemetry.configure("chokaq-functions")
@@ -37,12 +36,15 @@ def blueprint(app: ChokaQ) -> func.Blueprint:
         finally:
             if ours:
                 telemetry.shutdown()  # flush: the instance may be reclaimed before the next export
-        log.info("sweep: recovered %d, archived %d zombies, retried %d",
-                 result.recovered, result.archived, result.retried_zombies)
+        log.info(
+            "sweep: recovered %d, archived %d zombies, retried %d",
+            result.recovered,
+            result.archived,
+            result.retried_zombies,
+        )
 
     @bp.function_name("retention")
-    @bp.timer_trigger(arg_name="timer", schedule="%CHOKAQ_RETENTION_SCHEDULE%", run_on_startup=False,
-                      use_monitor=True)
+    @bp.timer_trigger(arg_name="timer", schedule="%CHOKAQ_RETENTION_SCHEDULE%", run_on_startup=False, use_monitor=True)
     def retention(timer: func.TimerRequest) -> None:
         """Delete archived jobs older than Retention.ArchiveDays, in batches of Storage.CleanupBatchSize."""
         ours = telemetry.configure("chokaq-functions")

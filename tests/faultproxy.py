@@ -168,9 +168,7 @@ class FaultProxy:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     async def _listen(self) -> None:
-        self._server = await asyncio.start_server(
-            self._accept, "127.0.0.1", self.port, reuse_address=True, backlog=512
-        )
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port, reuse_address=True, backlog=512)
         self.port = self._server.sockets[0].getsockname()[1]
 
     # ------------------------------------------------------------------ the faults

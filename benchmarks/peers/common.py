@@ -167,9 +167,7 @@ def print_table(results: Sequence[BenchResult], out: Any = None) -> None:
     print("  ".join("-" * w for w in widths), file=out)
     for r, row in zip(results, rows, strict=True):
         print(
-            "  ".join(
-                c.rjust(w) if i >= 2 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            ),
+            "  ".join(c.rjust(w) if i >= 2 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))),
             file=out,
         )
         if r.notes:
@@ -198,9 +196,7 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--jobs", type=int, default=5000, help="no-op jobs per throughput round (default 5000)")
     p.add_argument("--concurrency", type=int, default=10, help="worker concurrency (default 10)")
-    p.add_argument(
-        "--rounds", type=int, default=3, help="throughput rounds; the median is reported (default 3)"
-    )
+    p.add_argument("--rounds", type=int, default=3, help="throughput rounds; the median is reported (default 3)")
     p.add_argument(
         "--latency-jobs",
         type=int,
@@ -208,9 +204,7 @@ def base_parser(description: str) -> argparse.ArgumentParser:
         help="jobs enqueued one at a time for latency (default 200; 0 skips)",
     )
     p.add_argument("--gap-ms", type=float, default=20.0, help="gap between latency enqueues (default 20 ms)")
-    p.add_argument(
-        "--batch-size", type=int, default=20, help="fetch batch size where the peer has one (default 20)"
-    )
+    p.add_argument("--batch-size", type=int, default=20, help="fetch batch size where the peer has one (default 20)")
     p.add_argument("--json", action="store_true", help="also print one JSON object per result line")
     p.add_argument(
         "--hard-timeout",
@@ -315,9 +309,7 @@ class CpuSampler:
         }
 
 
-def summarize(
-    system: str, backend: str, args: Any, rounds: list[dict[str, Any]], settings_note: str
-) -> BenchResult:
+def summarize(system: str, backend: str, args: Any, rounds: list[dict[str, Any]], settings_note: str) -> BenchResult:
     """Median-of-rounds throughput row.
 
     Each round is a dict with seconds, enqueue_s, startup_s, steady_rate and cpu.

@@ -140,9 +140,7 @@ def pgbench_run(pgbench: str, seconds: float, per_tx: int) -> tuple[int, float, 
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30, check=True).stdout
         tx = int(re.search(r"number of transactions actually processed: (\d+)", out).group(1))  # type: ignore[union-attr]
         tps = float(re.search(r"tps = ([\d.]+)", out).group(1))  # type: ignore[union-attr]
-        ver = subprocess.run(
-            [pgbench, "--version"], capture_output=True, text=True, timeout=10
-        ).stdout.strip()
+        ver = subprocess.run([pgbench, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
         return tx * per_tx, (tx / tps if tps else float("nan")), ver
     finally:
         os.unlink(script)
@@ -197,9 +195,7 @@ def main() -> int:
             ):
                 n, s, ver = pgbench_run(pgbench, args.seconds, per_tx)
                 log(f"{label}: {n} updates in {s:.2f}s = {n / s:,.0f}/s")
-                results.append(
-                    BenchResult(pg, label, n, s, n / s, float("nan"), float("nan"), f"{note}; {ver}")
-                )
+                results.append(BenchResult(pg, label, n, s, n / s, float("nan"), float("nan"), f"{note}; {ver}"))
         elif not args.no_pgbench:
             log("pgbench not found; skipping pgbench rows")
     finally:

@@ -62,18 +62,14 @@ SHUTDOWN_TIMEOUT = 15.0
 
 def parse_args() -> Any:
     p = base_parser(__doc__.splitlines()[0])
-    p.add_argument(
-        "--driver", choices=["apg", "psy"], default="apg", help="apg = asyncpg (default), psy = psycopg 3"
-    )
+    p.add_argument("--driver", choices=["apg", "psy"], default="apg", help="apg = asyncpg (default), psy = psycopg 3")
     p.add_argument(
         "--durability",
         choices=["durable", "balanced", "volatile"],
         default="durable",
         help="pgqueuer table durability (default durable = all tables logged)",
     )
-    p.add_argument(
-        "--workers", type=int, default=1, help="QueueManagers (each with its own connection), default 1"
-    )
+    p.add_argument("--workers", type=int, default=1, help="QueueManagers (each with its own connection), default 1")
     return p.parse_args()
 
 
@@ -126,9 +122,7 @@ def install_queries(driver_obj: Any, durability: str) -> Any:
     from pgqueuer.domain.settings import DBSettings, Durability
     from pgqueuer.queries import Queries
 
-    return Queries(
-        driver_obj, qbe=QueryBuilderEnvironment(settings=DBSettings(durability=Durability(durability)))
-    )
+    return Queries(driver_obj, qbe=QueryBuilderEnvironment(settings=DBSettings(durability=Durability(durability))))
 
 
 async def start_workers(args: Any, handler: Any) -> tuple[list[Any], list[Any], list[asyncio.Task[None]]]:
@@ -177,9 +171,7 @@ async def stop_workers(pgqs: list[Any], tasks: list[asyncio.Task[None]], conns: 
         await close_quietly(c)
 
 
-async def wait_or_fail(
-    event: asyncio.Event, tasks: list[asyncio.Task[None]], timeout: float, what: str
-) -> None:
+async def wait_or_fail(event: asyncio.Event, tasks: list[asyncio.Task[None]], timeout: float, what: str) -> None:
     """Wait for *event*; fail fast if a worker task dies first, or after *timeout*."""
     ev_task = asyncio.create_task(event.wait())
     done, _ = await asyncio.wait([ev_task, *tasks], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -289,18 +281,12 @@ async def latency_phase(args: Any) -> list[float]:
 async def main_async(args: Any) -> list[BenchResult]:
     version = package_version("pgqueuer")
     drv_name = (
-        "asyncpg " + package_version("asyncpg")
-        if args.driver == "apg"
-        else "psycopg " + package_version("psycopg")
+        "asyncpg " + package_version("asyncpg") if args.driver == "apg" else "psycopg " + package_version("psycopg")
     )
     mct = max_concurrent(args)
     settings_note = (
         f"batch_size={args.batch_size}, max_concurrent_tasks={mct if mct else 'unlimited'}"
-        + (
-            f" (requested {args.concurrency}, pgqueuer needs >= 2*batch)"
-            if mct and mct != args.concurrency
-            else ""
-        )
+        + (f" (requested {args.concurrency}, pgqueuer needs >= 2*batch)" if mct and mct != args.concurrency else "")
         + f", workers={args.workers}, durability={args.durability}, uvloop, LISTEN/NOTIFY"
     )
     results: list[BenchResult] = []
@@ -310,9 +296,7 @@ async def main_async(args: Any) -> list[BenchResult]:
             res = await throughput_round(args, r)
             rounds.append(res)
             log(round_line("pgqueuer", args.jobs, r, res))
-        results.append(
-            summarize(f"pgqueuer {version}", f"postgresql+{drv_name}", args, rounds, settings_note)
-        )
+        results.append(summarize(f"pgqueuer {version}", f"postgresql+{drv_name}", args, rounds, settings_note))
     if args.latency_jobs > 0:
         with Stopwatch() as sw:
             lat = await latency_phase(args)

@@ -65,9 +65,7 @@ SHUTDOWN_TIMEOUT = 15.0
 
 def parse_args() -> Any:
     p = base_parser(__doc__.splitlines()[0])
-    p.add_argument(
-        "--pool-size", type=int, default=0, help="psycopg pool size (default max(4, concurrency + 2))"
-    )
+    p.add_argument("--pool-size", type=int, default=0, help="psycopg pool size (default max(4, concurrency + 2))")
     p.add_argument("--workers", type=int, default=1, help="worker instances in this process, default 1")
     return p.parse_args()
 
@@ -143,9 +141,7 @@ async def stop_workers(tasks: list[asyncio.Task[None]]) -> None:
             log(f"procrastinate worker ended with {t.exception()!r}")
 
 
-async def wait_or_fail(
-    event: asyncio.Event, tasks: list[asyncio.Task[None]], timeout: float, what: str
-) -> None:
+async def wait_or_fail(event: asyncio.Event, tasks: list[asyncio.Task[None]], timeout: float, what: str) -> None:
     ev_task = asyncio.create_task(event.wait())
     done, _ = await asyncio.wait([ev_task, *tasks], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     if ev_task not in done:
@@ -198,7 +194,7 @@ async def throughput_round(args: Any, rnd: int) -> dict[str, Any]:
         "enqueue_s": enq.seconds,
         "startup_s": first - t0,
         "steady_rate": (n - 1) / (t1 - first) if t1 > first else float("nan"),
-            **cpu.per_job(n),
+        **cpu.per_job(n),
         "cpu": cpu.note(),
     }
 

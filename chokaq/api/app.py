@@ -26,9 +26,17 @@ from chokaq.storage.admin import AdminStore
 
 log = logging.getLogger("chokaq.api")
 
-HTTP_CODES = {400: "bad_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found",
-              405: "method_not_allowed", 406: "not_acceptable", 413: "too_large", 415: "unsupported_media_type",
-              429: "too_many_requests"}
+HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "too_large",
+    415: "unsupported_media_type",
+    429: "too_many_requests",
+}
 
 
 def _error(status: int, code: str, detail: Any, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -43,8 +51,10 @@ def clean_loc(loc: Any) -> list[str | int]:
 
 
 def _field_errors(errors: Any) -> list[dict[str, Any]]:
-    return [{"loc": clean_loc(e.get("loc", ())), "msg": str(e.get("msg", "")),
-             "type": str(e.get("type", "value_error"))} for e in errors]
+    return [
+        {"loc": clean_loc(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", "value_error"))}
+        for e in errors
+    ]
 
 
 def install_error_handlers(api: FastAPI) -> None:
@@ -72,8 +82,12 @@ def install_error_handlers(api: FastAPI) -> None:
 
     async def http_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        return _error(exc.status_code, HTTP_CODES.get(exc.status_code, "http_error"), str(exc.detail),
-                      dict(exc.headers) if exc.headers else None)
+        return _error(
+            exc.status_code,
+            HTTP_CODES.get(exc.status_code, "http_error"),
+            str(exc.detail),
+            dict(exc.headers) if exc.headers else None,
+        )
 
     async def db_error(_: Request, exc: Exception) -> JSONResponse:
         log.error("database error: %s", redact(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__)
@@ -107,7 +121,7 @@ def create_api(chokaq_app: ChokaQ, *, dev_open: bool = False, allowed_hosts: Seq
         title="chokaq admin API",
         version=__version__,
         description="Operator API for chokaq: stats, queues, jobs, the DLQ workflow (inspect, edit, "
-                    "resurrect, purge), audit and live events. Errors are {\"error\": code, \"detail\": ...}.",
+        'resurrect, purge), audit and live events. Errors are {"error": code, "detail": ...}.',
         # Swagger UI and ReDoc load their code from a CDN: never on the Deck's origin.
         docs_url=None,
         redoc_url=None,
@@ -128,6 +142,8 @@ def create_api(chokaq_app: ChokaQ, *, dev_open: bool = False, allowed_hosts: Seq
     if dev_open:
         log.warning("!!! chokaq admin API is OPEN: anyone who can reach it is an admin (dev mode) !!!")
     elif not authenticator.tokens and not chokaq_app.settings.admin.trust_app_service_auth:
-        log.warning("chokaq admin API has no tokens and does not trust App Service auth: every call but "
-                    "/api/health will be refused (set CHOKAQ_ADMIN__TOKENS)")
+        log.warning(
+            "chokaq admin API has no tokens and does not trust App Service auth: every call but "
+            "/api/health will be refused (set CHOKAQ_ADMIN__TOKENS)"
+        )
     return api

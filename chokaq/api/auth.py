@@ -39,10 +39,20 @@ ROLE_RANK = {VIEWER: 1, OPERATOR: 2, ADMIN: 3}
 
 # App role values (Entra ID app roles, group names mapped by the operator) -> our roles.
 APP_ROLE_MAP = {
-    "chokaq.admin": ADMIN, "chokaq.admins": ADMIN, "admin": ADMIN, "admins": ADMIN,
-    "chokaq.operator": OPERATOR, "chokaq.operators": OPERATOR, "operator": OPERATOR, "operators": OPERATOR,
-    "chokaq.viewer": VIEWER, "chokaq.viewers": VIEWER, "viewer": VIEWER, "viewers": VIEWER,
-    "chokaq.reader": VIEWER, "reader": VIEWER,
+    "chokaq.admin": ADMIN,
+    "chokaq.admins": ADMIN,
+    "admin": ADMIN,
+    "admins": ADMIN,
+    "chokaq.operator": OPERATOR,
+    "chokaq.operators": OPERATOR,
+    "operator": OPERATOR,
+    "operators": OPERATOR,
+    "chokaq.viewer": VIEWER,
+    "chokaq.viewers": VIEWER,
+    "viewer": VIEWER,
+    "viewers": VIEWER,
+    "chokaq.reader": VIEWER,
+    "reader": VIEWER,
 }
 PRINCIPAL_HEADER = "x-ms-client-principal"
 PRINCIPAL_NAME_HEADER = "x-ms-client-principal-name"
@@ -99,9 +109,11 @@ class Authenticator:
                 "X-MS-CLIENT-PRINCIPAL. Enable App Service Authentication, or (only behind a proxy of your own "
                 "that strips and sets the header) set Admin.TrustAppServiceAuthUnverified"
             )
-        log.warning("!!! Admin.TrustAppServiceAuthUnverified: X-MS-CLIENT-PRINCIPAL is trusted WITHOUT App Service "
-                    "Authentication (WEBSITE_AUTH_ENABLED is not True). Anyone who reaches this app directly can "
-                    "claim any role. Make sure only your proxy can reach it. !!!")
+        log.warning(
+            "!!! Admin.TrustAppServiceAuthUnverified: X-MS-CLIENT-PRINCIPAL is trusted WITHOUT App Service "
+            "Authentication (WEBSITE_AUTH_ENABLED is not True). Anyone who reaches this app directly can "
+            "claim any role. Make sure only your proxy can reach it. !!!"
+        )
 
     @staticmethod
     def _parse_tokens(raw: dict[str, dict[str, str]], *, dev_open: bool = False) -> list[_Token]:
@@ -122,8 +134,10 @@ class Authenticator:
                 out.append(_Token(digest, True, name, role))
             else:
                 if len(key) < MIN_TOKEN_LEN and not dev_open:
-                    raise ConfigurationError(f"Admin.Tokens: the token for {name} is shorter than {MIN_TOKEN_LEN} "
-                                             "characters; use a long random one (or its sha256: digest)")
+                    raise ConfigurationError(
+                        f"Admin.Tokens: the token for {name} is shorter than {MIN_TOKEN_LEN} "
+                        "characters; use a long random one (or its sha256: digest)"
+                    )
                 out.append(_Token(key, False, name, role))
         return out
 
@@ -174,11 +188,16 @@ class Authenticator:
         if not isinstance(name_typ, str | None) or not isinstance(role_typ, str | None):
             raise refuse("name_typ and role_typ must be strings")
         # Only claims shaped {"typ": str, "val": str} count; anything else is ignored.
-        claims = [(c["typ"], c["val"]) for c in raw_claims
-                  if isinstance(c, dict) and isinstance(c.get("typ"), str) and isinstance(c.get("val"), str)]
+        claims = [
+            (c["typ"], c["val"])
+            for c in raw_claims
+            if isinstance(c, dict) and isinstance(c.get("typ"), str) and isinstance(c.get("val"), str)
+        ]
         role_types = {t for t in (role_typ, self.settings.app_service_role_claim) if t}
-        name = next((val.strip() for typ, val in claims if name_typ and typ == name_typ and val.strip()),
-                    None) or (name_header or "").strip()
+        name = (
+            next((val.strip() for typ, val in claims if name_typ and typ == name_typ and val.strip()), None)
+            or (name_header or "").strip()
+        )
         if not name:
             raise AuthError(401, "unauthenticated", "the App Service principal has no name claim")
         best: str | None = None
@@ -189,8 +208,12 @@ class Authenticator:
             if role is not None and (best is None or ROLE_RANK[role] > ROLE_RANK[best]):
                 best = role
         if best is None:
-            raise AuthError(403, "forbidden", f"{name[:limits.MAX_ACTOR_LEN]} is signed in but holds no chokaq role "
-                                              "(chokaq.viewer, chokaq.operator or chokaq.admin)")
+            raise AuthError(
+                403,
+                "forbidden",
+                f"{name[: limits.MAX_ACTOR_LEN]} is signed in but holds no chokaq role "
+                "(chokaq.viewer, chokaq.operator or chokaq.admin)",
+            )
         return Principal(name[: limits.MAX_ACTOR_LEN], best, "app_service")
 
 

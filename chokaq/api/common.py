@@ -65,8 +65,12 @@ def check_job_id(job_id: str) -> str:
 
 def field_errors(exc: ValidationError, prefix: tuple[str | int, ...]) -> list[FieldError]:
     return [
-        FieldError(loc=[*prefix, *(p for p in e["loc"] if isinstance(p, int) or "function" not in p)], msg=e["msg"],
-                   type=e["type"]) for e in exc.errors(include_url=False)
+        FieldError(
+            loc=[*prefix, *(p for p in e["loc"] if isinstance(p, int) or "function" not in p)],
+            msg=e["msg"],
+            type=e["type"],
+        )
+        for e in exc.errors(include_url=False)
     ]
 
 

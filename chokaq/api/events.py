@@ -73,8 +73,11 @@ def stream_hub(request: Request) -> StreamHub:
         app = chokaq_app(request)
         admin = app.settings.admin
         hub = request.app.state.stream_hub = StreamHub(
-            lambda: stats_snapshot(app), interval=admin.event_poll_interval, max_total=admin.max_event_streams,
-            max_per_principal=admin.max_event_streams_per_principal)
+            lambda: stats_snapshot(app),
+            interval=admin.event_poll_interval,
+            max_total=admin.max_event_streams,
+            max_per_principal=admin.max_event_streams_per_principal,
+        )
     return hub
 
 
@@ -82,8 +85,17 @@ class _Stream:
     """One admitted stream: the backlog, then live events and ticks, until its lifetime or
     ``max_events`` ends it. Subscribes when the response starts and always lets go."""
 
-    def __init__(self, bus: EventBus, hub: StreamHub, slot: Slot, backlog: list[Event], *, interval: float,
-                 lifetime: float, max_events: int | None) -> None:
+    def __init__(
+        self,
+        bus: EventBus,
+        hub: StreamHub,
+        slot: Slot,
+        backlog: list[Event],
+        *,
+        interval: float,
+        lifetime: float,
+        max_events: int | None,
+    ) -> None:
         self.bus, self.hub, self.slot, self.backlog = bus, hub, slot, backlog
         self.interval, self.lifetime, self.max_events = interval, lifetime, max_events
         self.sent = 0
@@ -129,8 +141,14 @@ class _Stream:
         yield b": stream lifetime reached; reconnect\n\n"
 
 
-@router.get("", responses={**ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "event stream"},
-                           429: {"model": ErrorOut, "description": "too many open streams"}})
+@router.get(
+    "",
+    responses={
+        **ERRORS,
+        200: {"content": {"text/event-stream": {}}, "description": "event stream"},
+        429: {"model": ErrorOut, "description": "too many open streams"},
+    },
+)
 async def stream(
     request: Request,
     who: Viewer,
@@ -155,10 +173,15 @@ async def stream(
         slot = hub.admit(f"{who.name} ({who.via})")
     except TooManyStreams as exc:
         raise StarletteHTTPException(429, str(exc), headers={"Retry-After": str(max(1, int(interval)))}) from None
-    events = _Stream(bus, hub, slot, backlog, interval=interval, lifetime=settings.event_stream_max_seconds,
-                     max_events=max_events)
-    return StreamingResponse(events.body(), media_type="text/event-stream", background=BackgroundTask(slot.release),
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    events = _Stream(
+        bus, hub, slot, backlog, interval=interval, lifetime=settings.event_stream_max_seconds, max_events=max_events
+    )
+    return StreamingResponse(
+        events.body(),
+        media_type="text/event-stream",
+        background=BackgroundTask(slot.release),
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 @router.get("/recent", response_model=RecentEventsOut, responses=ERRORS)

@@ -64,8 +64,14 @@ def _origin_netloc(origin: str) -> str | None:
 
 
 class RequestGate:
-    def __init__(self, app: ASGIApp, *, authenticator: Authenticator, max_body: int = limits.MAX_REQUEST_BYTES,
-                 allowed_hosts: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        authenticator: Authenticator,
+        max_body: int = limits.MAX_REQUEST_BYTES,
+        allowed_hosts: Sequence[str] | None = None,
+    ) -> None:
         self.app = app
         self.authenticator = authenticator
         self.max_body = max_body
@@ -80,8 +86,7 @@ class RequestGate:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 have = {k.lower() for k, _ in message.get("headers", [])}
-                extra = [(k.encode(), v.encode()) for k, v in security_headers(path).items()
-                         if k.encode() not in have]
+                extra = [(k.encode(), v.encode()) for k, v in security_headers(path).items() if k.encode() not in have]
                 message["headers"] = [*message.get("headers", []), *extra]
             await send(message)
 
@@ -118,8 +123,9 @@ class RequestGate:
             try:
                 self.authenticator.identify(Request(scope))
             except AuthError as exc:
-                raise Refusal(exc.status, exc.code, exc.detail,
-                              {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None) from None
+                raise Refusal(
+                    exc.status, exc.code, exc.detail, {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+                ) from None
         if method in MUTATING:
             self._same_site(headers, has_body)
         return await self._buffered(receive) if has_body else receive
@@ -138,8 +144,11 @@ class RequestGate:
         origin = headers.get("origin")
         if origin and _origin_netloc(origin) == headers.get("host", "").lower():
             return
-        raise Refusal(403, "cross_site", "a change needs 'X-ChokaQ-Request: 1' (or Authorization), or must come "
-                                         "from the API's own origin")
+        raise Refusal(
+            403,
+            "cross_site",
+            "a change needs 'X-ChokaQ-Request: 1' (or Authorization), or must come from the API's own origin",
+        )
 
     async def _buffered(self, receive: Receive) -> Receive:
         chunks: list[bytes] = []
@@ -170,7 +179,10 @@ class RequestGate:
     @staticmethod
     async def _refuse(r: Refusal, send: Send) -> None:
         body = json.dumps({"error": r.code, "detail": r.detail}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                   *((k.lower().encode(), v.encode()) for k, v in r.headers.items())]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *((k.lower().encode(), v.encode()) for k, v in r.headers.items()),
+        ]
         await send({"type": "http.response.start", "status": r.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})

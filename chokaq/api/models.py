@@ -60,8 +60,10 @@ class FieldError(BaseModel):
 
 
 class ErrorOut(BaseModel):
-    error: str = Field(description="machine-readable code: unauthenticated, forbidden, not_found, conflict, "
-                                   "invalid, validation_error, payload_invalid, ...")
+    error: str = Field(
+        description="machine-readable code: unauthenticated, forbidden, not_found, conflict, "
+        "invalid, validation_error, payload_invalid, ..."
+    )
     detail: str | list[FieldError]
 
 
@@ -152,13 +154,16 @@ class ZombieOut(BaseModel):
 
     last_heartbeat_utc: str | None = Field(description="the last heartbeat seen (null: none before it died)")
     silent_seconds: float | None = Field(
-        description="from the last heartbeat (or the start, when none) to the rescue that dead-lettered it")
+        description="from the last heartbeat (or the start, when none) to the rescue that dead-lettered it"
+    )
     timeout_seconds: float = Field(description="the queue's zombie timeout as configured now")
     timeout_source: Literal["queue", "default"] = Field(
-        description="queue: the queue's ZombieTimeoutSeconds; default: Recovery.ProcessingZombieTimeout")
+        description="queue: the queue's ZombieTimeoutSeconds; default: Recovery.ProcessingZombieTimeout"
+    )
     worker_id: str | None = Field(description="the worker that held the job")
-    handler_idempotent: bool | None = Field(description="the handler declared itself idempotent (null: no handler "
-                                            "for this type in the serving process)")
+    handler_idempotent: bool | None = Field(
+        description="the handler declared itself idempotent (null: no handler for this type in the serving process)"
+    )
     handler_retries_zombies: bool | None = Field(description="the handler asked for its zombies to be retried")
 
 
@@ -244,8 +249,10 @@ class DlqFilterIn(_In):
     search: Annotated[Text, Field(max_length=200)] | None = None
 
     def is_empty(self) -> bool:
-        return all(v is None or v == "" for v in (self.queue, self.type, self.failure_reason, self.tag, self.from_,
-                                                  self.to, self.search))
+        return all(
+            v is None or v == ""
+            for v in (self.queue, self.type, self.failure_reason, self.tag, self.from_, self.to, self.search)
+        )
 
 
 class BulkIn(_In):
@@ -255,7 +262,9 @@ class BulkIn(_In):
     max_jobs: StrictInt = Field(default=limits.DEFAULT_BULK_MAX_JOBS, ge=1, le=limits.MAX_BULK_IDS)
     dry_run: StrictBool = False
     expected_count: StrictInt | None = Field(
-        default=None, ge=0, le=1_000_000_000,
+        default=None,
+        ge=0,
+        le=1_000_000_000,
         description="a filter action: the `matched` count of the preview the operator confirmed; 409 if more match now",
     )
     snapshot: Annotated[Text, Field(max_length=100)] | None = Field(
@@ -267,11 +276,15 @@ class BulkIn(_In):
         if (self.ids is None) == (self.filter is None):
             raise ValueError("give either ids or filter")
         if self.filter is not None and self.filter.is_empty() and not self.all:
-            raise ValueError("an empty filter matches every dead job: send \"all\": true to mean that")
-        if self.filter is not None and not self.dry_run and (
-                self.expected_count is None or (self.expected_count > 0 and self.snapshot is None)):
-            raise ValueError("preview first (dry_run: true), then send its matched count as expected_count "
-                             "and its snapshot")
+            raise ValueError('an empty filter matches every dead job: send "all": true to mean that')
+        if (
+            self.filter is not None
+            and not self.dry_run
+            and (self.expected_count is None or (self.expected_count > 0 and self.snapshot is None))
+        ):
+            raise ValueError(
+                "preview first (dry_run: true), then send its matched count as expected_count and its snapshot"
+            )
         return self
 
 

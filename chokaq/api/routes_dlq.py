@@ -52,13 +52,26 @@ JobIdPath = Annotated[str, Path(description="job id")]
 
 
 def _filter(f: DlqFilterIn) -> JobFilter:
-    return JobFilter(queue=f.queue, type=f.type, failure_reason=parse_failure_reason(f.failure_reason), tag=f.tag,
-                     from_utc=naive_utc(f.from_), to_utc=naive_utc(f.to), search=f.search)
+    return JobFilter(
+        queue=f.queue,
+        type=f.type,
+        failure_reason=parse_failure_reason(f.failure_reason),
+        tag=f.tag,
+        from_utc=naive_utc(f.from_),
+        to_utc=naive_utc(f.to),
+        search=f.search,
+    )
 
 
 def _bulk_out(res: BulkResult) -> BulkOut:
-    return BulkOut(matched=res.matched, affected=res.affected, sample_ids=res.sample_ids, dry_run=res.dry_run,
-                   skipped_ids=res.skipped_ids, snapshot=res.snapshot)
+    return BulkOut(
+        matched=res.matched,
+        affected=res.affected,
+        sample_ids=res.sample_ids,
+        dry_run=res.dry_run,
+        skipped_ids=res.skipped_ids,
+        snapshot=res.snapshot,
+    )
 
 
 @router.get("", response_model=JobPageOut, responses=ERRORS)
@@ -77,18 +90,29 @@ def list_dlq(
     page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
     page_size: Annotated[int, Query(ge=1, le=limits.MAX_BULK_IDS)] = 100,
 ) -> JobPageOut:
-    f = JobFilter(queue=queue, type=type, failure_reason=parse_failure_reason(failure_reason), tag=tag,
-                  from_utc=naive_utc(from_), to_utc=naive_utc(to), search=search)
+    f = JobFilter(
+        queue=queue,
+        type=type,
+        failure_reason=parse_failure_reason(failure_reason),
+        tag=tag,
+        from_utc=naive_utc(from_),
+        to_utc=naive_utc(to),
+        search=search,
+    )
     p = admin_store(request).list_jobs(Location.DLQ, f, sort=sort, descending=desc, page=page, page_size=page_size)
-    return JobPageOut(items=[JobOut.from_record(j) for j in p.items], total=p.total, page=p.page,
-                      page_size=p.page_size)
+    return JobPageOut(items=[JobOut.from_record(j) for j in p.items], total=p.total, page=p.page, page_size=p.page_size)
 
 
 def _selection(body: BulkIn) -> Selection:
     """A bulk request's target: ids, or a filter with its cap and its preview's bound."""
     if body.filter is not None:
-        return Selection(f=_filter(body.filter), max_jobs=body.max_jobs, dry_run=body.dry_run,
-                         expected_count=body.expected_count, snapshot=body.snapshot)
+        return Selection(
+            f=_filter(body.filter),
+            max_jobs=body.max_jobs,
+            dry_run=body.dry_run,
+            expected_count=body.expected_count,
+            snapshot=body.snapshot,
+        )
     return Selection(ids=body.ids, dry_run=body.dry_run)
 
 
@@ -114,8 +138,9 @@ def inspect(request: Request, job_id: JobIdPath, who: Viewer) -> DlqJobOut:
     app = chokaq_app(request)
     rec = operations(request).dead_job(check_job_id(job_id))
     handler = app.handlers.get(rec.type)
-    return DlqJobOut.from_record(rec, payload_schema=handler.payload_schema() if handler else None,
-                                 zombie=zombie_details(app, rec))
+    return DlqJobOut.from_record(
+        rec, payload_schema=handler.payload_schema() if handler else None, zombie=zombie_details(app, rec)
+    )
 
 
 def zombie_details(app: ChokaQ, rec: JobRecord) -> ZombieOut | None:
@@ -147,8 +172,9 @@ def edit_dead(request: Request, job_id: JobIdPath, body: DlqEditIn, who: Operato
 
 
 @router.post("/{job_id}/resurrect", response_model=JobOut, responses={**ERRORS, **NOT_FOUND, **CONFLICT})
-def resurrect(request: Request, job_id: JobIdPath, who: Operator,
-              body: Annotated[ResurrectIn | None, Body()] = None) -> JobOut:
+def resurrect(
+    request: Request, job_id: JobIdPath, who: Operator, body: Annotated[ResurrectIn | None, Body()] = None
+) -> JobOut:
     """One atomic move back to Pending, optionally with a fixed payload, tags or priority."""
     ops = operations(request)
     body = body or ResurrectIn()

@@ -38,10 +38,12 @@ class HistoryOut(BaseModel):
     reasons: list[str] = Field(description="every FailureReason label, in code order (the chart's stack order)")
     wait_basis: str = Field(
         description="started_minus_due: wait is start minus the time the last attempt fell due (jobs "
-                    "archived before migration 4: minus the enqueue time); percentiles come from a "
-                    "log-binned histogram, interpolated inside the bin")
+        "archived before migration 4: minus the enqueue time); percentiles come from a "
+        "log-binned histogram, interpolated inside the bin"
+    )
     archive_oldest_utc: str | None = Field(
-        description="the oldest archived job still held: history before it was purged by retention")
+        description="the oldest archived job still held: history before it was purged by retention"
+    )
     buckets: list[BucketOut]
 
 
@@ -65,8 +67,17 @@ def history(
         reasons=[r.label for r in FailureReason],
         wait_basis=WAIT_BASIS,
         archive_oldest_utc=iso(h.archive_oldest),
-        buckets=[BucketOut(start_utc=iso(b.start) or "", succeeded=b.succeeded, failed=b.failed,
-                           failed_total=b.failed_total, wait_p50_ms=b.wait_p50_ms, wait_p95_ms=b.wait_p95_ms,
-                           waits_measured=b.waits_measured, mean_duration_ms=b.mean_duration_ms)
-                 for b in h.buckets],
+        buckets=[
+            BucketOut(
+                start_utc=iso(b.start) or "",
+                succeeded=b.succeeded,
+                failed=b.failed,
+                failed_total=b.failed_total,
+                wait_p50_ms=b.wait_p50_ms,
+                wait_p95_ms=b.wait_p95_ms,
+                waits_measured=b.waits_measured,
+                mean_duration_ms=b.mean_duration_ms,
+            )
+            for b in h.buckets
+        ],
     )

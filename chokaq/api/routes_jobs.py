@@ -48,15 +48,24 @@ router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 JobIdPath = Annotated[str, Path(description="job id")]
 
 
-@router.post("", response_model=EnqueueOut, status_code=201,
-             responses={**ERRORS, 200: {"model": EnqueueOut, "description": "duplicate idempotency key"}})
+@router.post(
+    "",
+    response_model=EnqueueOut,
+    status_code=201,
+    responses={**ERRORS, 200: {"model": EnqueueOut, "description": "duplicate idempotency key"}},
+)
 def enqueue(request: Request, response: Response, body: EnqueueIn, who: Operator) -> EnqueueOut:
     """Store a job. A live duplicate idempotency key returns the existing id with 200."""
     app = chokaq_app(request)
     try:
         req = app.prepare(
-            body.type, {} if body.payload is None else body.payload, queue=body.queue, priority=body.priority,
-            delay=body.delay_seconds, tags=body.tags, idempotency_key=body.idempotency_key,
+            body.type,
+            {} if body.payload is None else body.payload,
+            queue=body.queue,
+            priority=body.priority,
+            delay=body.delay_seconds,
+            tags=body.tags,
+            idempotency_key=body.idempotency_key,
             created_by=who.name[: limits.MAX_ACTOR_LEN],
         )
     except ValidationError as exc:
@@ -87,12 +96,24 @@ def list_jobs(
     page_size: Annotated[int, Query(ge=1, le=limits.MAX_BULK_IDS)] = 100,
 ) -> JobPageOut:
     """Hot (Pending/Fetched/Processing) or archived jobs, filtered, sorted from a whitelist and paged."""
-    f = JobFilter(queue=queue, type=type, status=JobStatus[status.upper()] if status else None, tag=tag,
-                  from_utc=naive_utc(from_), to_utc=naive_utc(to), search=search)
-    page_ = admin_store(request).list_jobs(Location(location), f, sort=sort, descending=desc, page=page,
-                                           page_size=page_size)
-    return JobPageOut(items=[JobOut.from_record(j) for j in page_.items], total=page_.total, page=page_.page,
-                      page_size=page_.page_size)
+    f = JobFilter(
+        queue=queue,
+        type=type,
+        status=JobStatus[status.upper()] if status else None,
+        tag=tag,
+        from_utc=naive_utc(from_),
+        to_utc=naive_utc(to),
+        search=search,
+    )
+    page_ = admin_store(request).list_jobs(
+        Location(location), f, sort=sort, descending=desc, page=page, page_size=page_size
+    )
+    return JobPageOut(
+        items=[JobOut.from_record(j) for j in page_.items],
+        total=page_.total,
+        page=page_.page,
+        page_size=page_.page_size,
+    )
 
 
 @router.post("/cancel", response_model=CancelOut, responses=ERRORS)

@@ -17,9 +17,14 @@ router = APIRouter(prefix="/api/queues", tags=["queues"])
 
 
 def queue_out(q: QueueInfo) -> QueueOut:
-    return QueueOut(name=q.name, is_paused=q.is_paused, is_active=q.is_active,
-                    zombie_timeout_seconds=q.zombie_timeout_seconds, max_workers=q.max_workers,
-                    last_updated_utc=iso(q.last_updated_utc))
+    return QueueOut(
+        name=q.name,
+        is_paused=q.is_paused,
+        is_active=q.is_active,
+        zombie_timeout_seconds=q.zombie_timeout_seconds,
+        max_workers=q.max_workers,
+        last_updated_utc=iso(q.last_updated_utc),
+    )
 
 
 @router.get("", response_model=QueueListOut, responses=ERRORS)

@@ -30,8 +30,12 @@ log = logging.getLogger("chokaq.api")
 router = APIRouter(prefix="/api")
 
 
-@router.get("/health", response_model=HealthOut, tags=["system"],
-            responses={503: {"model": HealthOut, "description": "database unreachable"}})
+@router.get(
+    "/health",
+    response_model=HealthOut,
+    tags=["system"],
+    responses={503: {"model": HealthOut, "description": "database unreachable"}},
+)
 def health(request: Request) -> Any:
     """Liveness and database reachability. Needs no sign-in (probes)."""
     try:
@@ -53,12 +57,12 @@ def stats(request: Request, who: Viewer) -> StatsOut:
         d = asdict(s)
         d["last_activity_utc"] = iso(s.last_activity_utc)
         queues.append(QueueStatsOut(**d))
-        for key in ("pending", "fetched", "processing", "succeeded_total", "failed_total", "retried_total",
-                    "dlq_size"):
+        for key in ("pending", "fetched", "processing", "succeeded_total", "failed_total", "retried_total", "dlq_size"):
             setattr(totals, key, getattr(totals, key) + getattr(s, key))
         if s.oldest_pending_lag_seconds is not None:
-            totals.oldest_pending_lag_seconds = max(totals.oldest_pending_lag_seconds or 0.0,
-                                                    s.oldest_pending_lag_seconds)
+            totals.oldest_pending_lag_seconds = max(
+                totals.oldest_pending_lag_seconds or 0.0, s.oldest_pending_lag_seconds
+            )
     top = [TopErrorOut(**{**e, "last_failed_utc": iso(e["last_failed_utc"])}) for e in store.top_errors()]
     return StatsOut(queues=queues, totals=totals, rates=store.recent_rates(), top_errors=top)
 

@@ -39,8 +39,9 @@ class Slot:
 
 
 class StreamHub:
-    def __init__(self, snapshot: Callable[[], dict[str, Any]], *, interval: float, max_total: int,
-                 max_per_principal: int) -> None:
+    def __init__(
+        self, snapshot: Callable[[], dict[str, Any]], *, interval: float, max_total: int, max_per_principal: int
+    ) -> None:
         self.snapshot = snapshot
         self.interval = interval
         self.max_total = max_total
@@ -56,8 +57,10 @@ class StreamHub:
     def admit(self, key: str) -> Slot:
         with self._lock:
             if sum(self._per.values()) >= self.max_total:
-                raise TooManyStreams(f"this server already serves {self.max_total} event streams; retry later "
-                                     "(or poll /api/events/recent)")
+                raise TooManyStreams(
+                    f"this server already serves {self.max_total} event streams; retry later "
+                    "(or poll /api/events/recent)"
+                )
             if self._per[key] >= self.max_per_principal:
                 raise TooManyStreams(f"{key} already holds {self.max_per_principal} event streams; close one first")
             self._per[key] += 1

@@ -35,8 +35,9 @@ def _default_actor() -> str:
     return f"cli:{user}"[: limits.MAX_ACTOR_LEN]
 
 
-actor_option = click.option("--actor", default=_default_actor, show_default="cli:$USER",
-                            help="Name recorded in the audit log (role: admin).")
+actor_option = click.option(
+    "--actor", default=_default_actor, show_default="cli:$USER", help="Name recorded in the audit log (role: admin)."
+)
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 
 
@@ -76,11 +77,13 @@ def serve(c: Ctx, app_spec: str | None, host: str, port: int) -> None:
     hosts = bind_hosts(host)
     api = create_api(app, allowed_hosts=hosts)
     if hosts is None and not app.settings.admin.allowed_hosts:
-        click.echo(f"warning: bound to {host}: the Host header is not checked; set CHOKAQ_ADMIN__ALLOWED_HOSTS "
-                   '(e.g. ["chokaq.example.com"])', err=True)
+        click.echo(
+            f"warning: bound to {host}: the Host header is not checked; set CHOKAQ_ADMIN__ALLOWED_HOSTS "
+            '(e.g. ["chokaq.example.com"])',
+            err=True,
+        )
     if not is_loopback(host) and not app.settings.admin.tokens and not app.settings.admin.trust_app_service_auth:
-        click.echo(f"warning: serving on {host} with no admin tokens: every call but /api/health is refused",
-                   err=True)
+        click.echo(f"warning: serving on {host} with no admin tokens: every call but /api/health is refused", err=True)
     try:
         uvicorn.run(api, host=host, port=port, log_level=app.settings.log_level.lower())
     finally:
@@ -118,8 +121,16 @@ def _first_line(text: str | None, width: int = 60) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_ctx
 @friendly_errors
-def dlq_list(c: Ctx, queue: str | None, job_type: str | None, reason: str | None, search: str | None, page: int,
-             page_size: int, as_json: bool) -> None:
+def dlq_list(
+    c: Ctx,
+    queue: str | None,
+    job_type: str | None,
+    reason: str | None,
+    search: str | None,
+    page: int,
+    page_size: int,
+    as_json: bool,
+) -> None:
     """List dead jobs, newest failure first."""
     f = JobFilter(queue=queue, type=job_type, failure_reason=parse_failure_reason(reason), search=search)
     p = AdminStore(c.app.storage).list_jobs(Location.DLQ, f, page=page, page_size=page_size)
@@ -127,10 +138,21 @@ def dlq_list(c: Ctx, queue: str | None, job_type: str | None, reason: str | None
         items = [JobOut.from_record(j).model_dump() for j in p.items]
         click.echo(json.dumps({"items": items, "total": p.total, "page": p.page, "page_size": p.page_size}, indent=2))
         return
-    rows = [tuple(printable(v) for v in (
-        j.id, j.queue, j.type, j.failure_reason.label if j.failure_reason is not None else "",
-        str(j.attempt_count), j.failed_at_utc.strftime("%Y-%m-%d %H:%M:%S") if j.failed_at_utc else "",
-        _first_line(j.error_details))) for j in p.items]
+    rows = [
+        tuple(
+            printable(v)
+            for v in (
+                j.id,
+                j.queue,
+                j.type,
+                j.failure_reason.label if j.failure_reason is not None else "",
+                str(j.attempt_count),
+                j.failed_at_utc.strftime("%Y-%m-%d %H:%M:%S") if j.failed_at_utc else "",
+                _first_line(j.error_details),
+            )
+        )
+        for j in p.items
+    ]
     header = ("ID", "QUEUE", "TYPE", "REASON", "ATT", "FAILED (UTC)", "ERROR")
     widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i]) for i in range(6)]
     click.echo("  ".join(h.ljust(w) for h, w in zip(header, [*widths, 0], strict=True)).rstrip())
@@ -158,35 +180,58 @@ def dlq_show(c: Ctx, job_id: str) -> None:
 
 
 def _bulk_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    for opt in reversed([
-        click.argument("ids", nargs=-1),
-        click.option("--filter-queue", help="Match dead jobs of this queue."),
-        click.option("--filter-reason", help="Match this failure reason (name or number)."),
-        click.option("--filter-type", help="Match this job type."),
-        click.option("--search", help="Match text in id, type, tags or error details."),
-        click.option("--max-jobs", type=click.IntRange(1), default=limits.DEFAULT_BULK_MAX_JOBS, show_default=True,
-                     help="At most this many matched jobs (done in batches of 1000)."),
-        click.option("--dry-run", is_flag=True, help="Only count what matches and show sample ids."),
-        yes_option,
-        actor_option,
-    ]):
+    for opt in reversed(
+        [
+            click.argument("ids", nargs=-1),
+            click.option("--filter-queue", help="Match dead jobs of this queue."),
+            click.option("--filter-reason", help="Match this failure reason (name or number)."),
+            click.option("--filter-type", help="Match this job type."),
+            click.option("--search", help="Match text in id, type, tags or error details."),
+            click.option(
+                "--max-jobs",
+                type=click.IntRange(1),
+                default=limits.DEFAULT_BULK_MAX_JOBS,
+                show_default=True,
+                help="At most this many matched jobs (done in batches of 1000).",
+            ),
+            click.option("--dry-run", is_flag=True, help="Only count what matches and show sample ids."),
+            yes_option,
+            actor_option,
+        ]
+    ):
         fn = opt(fn)
     return fn
 
 
-def _run_bulk(c: Ctx, verb: str, action: Callable[[Actor, Selection], BulkResult], ids: tuple[str, ...],
-              filter_queue: str | None, filter_reason: str | None, filter_type: str | None, search: str | None,
-              max_jobs: int, dry_run: bool, yes: bool, actor: str) -> None:
+def _run_bulk(
+    c: Ctx,
+    verb: str,
+    action: Callable[[Actor, Selection], BulkResult],
+    ids: tuple[str, ...],
+    filter_queue: str | None,
+    filter_reason: str | None,
+    filter_type: str | None,
+    search: str | None,
+    max_jobs: int,
+    dry_run: bool,
+    yes: bool,
+    actor: str,
+) -> None:
     who = _actor(actor)
     has_filter = any((filter_queue, filter_reason, filter_type, search))
     if bool(ids) == has_filter:
         raise JobValidationError("give job ids, or --filter-queue/--filter-reason/--filter-type/--search")
-    f = JobFilter(queue=filter_queue, type=filter_type, failure_reason=parse_failure_reason(filter_reason),
-                  search=search) if has_filter else None
+    f = (
+        JobFilter(
+            queue=filter_queue, type=filter_type, failure_reason=parse_failure_reason(filter_reason), search=search
+        )
+        if has_filter
+        else None
+    )
     step = limits.MAX_BULK_IDS
     if f is None:
         id_list = list(dict.fromkeys(ids))
-        chunks = [id_list[i: i + step] for i in range(0, len(id_list), step)]
+        chunks = [id_list[i : i + step] for i in range(0, len(id_list), step)]
         preview = BulkResult(0, 0, dry_run=True)
         for chunk in chunks:
             r = action(who, Selection(ids=chunk, dry_run=True))
@@ -197,8 +242,11 @@ def _run_bulk(c: Ctx, verb: str, action: Callable[[Actor, Selection], BulkResult
         preview = action(who, Selection(f=f, max_jobs=min(max_jobs, step), dry_run=True))
         planned = min(preview.matched, max_jobs)
     if dry_run:
-        click.echo(json.dumps({"matched": preview.matched, "would_affect": planned,
-                               "sample_ids": preview.sample_ids, "dry_run": True}))
+        click.echo(
+            json.dumps(
+                {"matched": preview.matched, "would_affect": planned, "sample_ids": preview.sample_ids, "dry_run": True}
+            )
+        )
         return
     if planned == 0:
         click.echo(json.dumps({"matched": preview.matched, "affected": 0, "skipped_ids": list(ids)}))
@@ -217,8 +265,15 @@ def _run_bulk(c: Ctx, verb: str, action: Callable[[Actor, Selection], BulkResult
         else:
             while affected < planned:
                 # Bound to the preview: only jobs it counted, refused (409) if more match now.
-                r = action(who, Selection(f=f, max_jobs=min(step, planned - affected),
-                                          expected_count=preview.matched - affected, snapshot=preview.snapshot))
+                r = action(
+                    who,
+                    Selection(
+                        f=f,
+                        max_jobs=min(step, planned - affected),
+                        expected_count=preview.matched - affected,
+                        snapshot=preview.snapshot,
+                    ),
+                )
                 if r.affected == 0:
                     break
                 affected += r.affected
@@ -230,24 +285,66 @@ def _run_bulk(c: Ctx, verb: str, action: Callable[[Actor, Selection], BulkResult
 @_bulk_options
 @pass_ctx
 @friendly_errors
-def dlq_resurrect(c: Ctx, ids: tuple[str, ...], filter_queue: str | None, filter_reason: str | None,
-                  filter_type: str | None, search: str | None, max_jobs: int, dry_run: bool, yes: bool,
-                  actor: str) -> None:
+def dlq_resurrect(
+    c: Ctx,
+    ids: tuple[str, ...],
+    filter_queue: str | None,
+    filter_reason: str | None,
+    filter_type: str | None,
+    search: str | None,
+    max_jobs: int,
+    dry_run: bool,
+    yes: bool,
+    actor: str,
+) -> None:
     """Move dead jobs back to Pending (attempts reset, priority 10), by ids or by filter."""
-    _run_bulk(c, "resurrect", c.operations.resurrect_many, ids, filter_queue, filter_reason, filter_type, search,
-              max_jobs, dry_run, yes, actor)
+    _run_bulk(
+        c,
+        "resurrect",
+        c.operations.resurrect_many,
+        ids,
+        filter_queue,
+        filter_reason,
+        filter_type,
+        search,
+        max_jobs,
+        dry_run,
+        yes,
+        actor,
+    )
 
 
 @dlq.command("purge")
 @_bulk_options
 @pass_ctx
 @friendly_errors
-def dlq_purge(c: Ctx, ids: tuple[str, ...], filter_queue: str | None, filter_reason: str | None,
-              filter_type: str | None, search: str | None, max_jobs: int, dry_run: bool, yes: bool,
-              actor: str) -> None:
+def dlq_purge(
+    c: Ctx,
+    ids: tuple[str, ...],
+    filter_queue: str | None,
+    filter_reason: str | None,
+    filter_type: str | None,
+    search: str | None,
+    max_jobs: int,
+    dry_run: bool,
+    yes: bool,
+    actor: str,
+) -> None:
     """Delete dead jobs for good, by ids or by filter."""
-    _run_bulk(c, "purge", c.operations.purge_dlq, ids, filter_queue, filter_reason, filter_type, search, max_jobs,
-              dry_run, yes, actor)
+    _run_bulk(
+        c,
+        "purge",
+        c.operations.purge_dlq,
+        ids,
+        filter_queue,
+        filter_reason,
+        filter_type,
+        search,
+        max_jobs,
+        dry_run,
+        yes,
+        actor,
+    )
 
 
 # ---------------------------------------------------------------- archive
@@ -288,8 +385,9 @@ def archive_purge(c: Ctx, older_than: str, yes: bool, actor: str) -> None:
         click.echo(json.dumps({"deleted": 0, "older_than": cutoff.isoformat() + "Z"}))
         return
     if not yes:
-        click.confirm(f"Delete about {count} archived job(s) finished before {cutoff.isoformat()}Z?",
-                      abort=True, err=True)
+        click.confirm(
+            f"Delete about {count} archived job(s) finished before {cutoff.isoformat()}Z?", abort=True, err=True
+        )
     with click.progressbar(length=count, label="Purging archive", file=sys.stderr) as bar:
         deleted = c.operations.purge_archive(_actor(actor), cutoff, progress=bar.update)
     click.echo(json.dumps({"deleted": deleted, "older_than": cutoff.isoformat() + "Z"}))

@@ -154,8 +154,14 @@ def enqueue(
     data = parse_payload_text(payload)  # the payload gate: strict JSON, Unicode, depth, size
     app = c.app
     req = app.prepare(
-        job_type, data, queue=queue, priority=priority, delay=delay, tags=tags,
-        idempotency_key=idempotency_key, created_by=created_by,
+        job_type,
+        data,
+        queue=queue,
+        priority=priority,
+        delay=delay,
+        tags=tags,
+        idempotency_key=idempotency_key,
+        created_by=created_by,
     )
     job_id, _ = c.operations.enqueue(req)
     click.echo(job_id)

@@ -28,8 +28,11 @@ class JobOut(BaseModel):
     queue: str
     type: str
     payload: Any
-    payload_invalid: bool = Field(default=False, description="the stored payload is not valid under the payload "
-                                  "gate (written by an older version or by SQL): payload is a truncated preview")
+    payload_invalid: bool = Field(
+        default=False,
+        description="the stored payload is not valid under the payload "
+        "gate (written by an older version or by SQL): payload is a truncated preview",
+    )
     payload_problem: str | None = None
     tags: str | None
     priority: int | None

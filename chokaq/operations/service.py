@@ -53,8 +53,17 @@ class Selection:
 class _BulkAction(Protocol):
     """``AdminStore.resurrect_many`` and ``AdminStore.purge_dlq``."""
 
-    def __call__(self, actor: Actor, *, ids: Sequence[str] | None, f: JobFilter | None, max_jobs: int,
-                 dry_run: bool, expected_count: int | None, snapshot: str | None) -> BulkResult: ...
+    def __call__(
+        self,
+        actor: Actor,
+        *,
+        ids: Sequence[str] | None,
+        f: JobFilter | None,
+        max_jobs: int,
+        dry_run: bool,
+        expected_count: int | None,
+        snapshot: str | None,
+    ) -> BulkResult: ...
 
 
 class Operations:
@@ -89,8 +98,15 @@ class Operations:
         """Store a prepared job (``app.prepare``) as ``req.created_by``; ``(id, created)``."""
         job_id, created = self.app.submit(req)
         if created:
-            self._publish("job.updated", req.created_by, id=job_id, queue=req.queue, type=req.type,
-                          status="Pending", action="enqueued")
+            self._publish(
+                "job.updated",
+                req.created_by,
+                id=job_id,
+                queue=req.queue,
+                type=req.type,
+                status="Pending",
+                action="enqueued",
+            )
         return job_id, created
 
     def edit_pending(self, actor: Actor, job_id: str, edit: JobEdit) -> JobRecord:
@@ -102,8 +118,9 @@ class Operations:
         """Pending jobs to the DLQ as Cancelled; jobs a worker owns are skipped."""
         res = self.store.cancel(ids, actor)
         if res.affected:
-            self._publish("job.failed", actor.name, ids=res.sample_ids, count=res.affected,
-                          reason=FailureReason.CANCELLED.label)
+            self._publish(
+                "job.failed", actor.name, ids=res.sample_ids, count=res.affected, reason=FailureReason.CANCELLED.label
+            )
         return res
 
     # ------------------------------------------------------------------ the DLQ
@@ -135,17 +152,24 @@ class Operations:
 
     @staticmethod
     def _bulk(action: _BulkAction, actor: Actor, sel: Selection) -> BulkResult:
-        return action(actor, ids=sel.ids, f=sel.f, max_jobs=sel.max_jobs, dry_run=sel.dry_run,
-                      expected_count=sel.expected_count, snapshot=sel.snapshot)
+        return action(
+            actor,
+            ids=sel.ids,
+            f=sel.f,
+            max_jobs=sel.max_jobs,
+            dry_run=sel.dry_run,
+            expected_count=sel.expected_count,
+            snapshot=sel.snapshot,
+        )
 
     # ------------------------------------------------------------------ the archive
-    def purge_archive(self, actor: Actor, older_than: datetime,
-                      progress: Callable[[int], object] | None = None) -> int:
+    def purge_archive(self, actor: Actor, older_than: datetime, progress: Callable[[int], object] | None = None) -> int:
         """Delete archived jobs finished before ``older_than`` (naive UTC), in bounded batches."""
         deleted = self.store.purge_archive(older_than, actor, progress=progress)
         if deleted:
-            self._publish("job.purged", actor.name, location="archive", count=deleted,
-                          older_than=older_than.isoformat())
+            self._publish(
+                "job.purged", actor.name, location="archive", count=deleted, older_than=older_than.isoformat()
+            )
         return deleted
 
     # ------------------------------------------------------------------ queues
@@ -154,13 +178,12 @@ class Operations:
         a typo must not create a queue (and its audit trail) that no worker serves."""
         timeout = changes.get("zombie_timeout_seconds")
         if timeout is not None:
-            check_zombie_timeout("zombie_timeout_seconds", timeout,
-                                 self.app.settings.execution.heartbeat_interval_max)
+            check_zombie_timeout("zombie_timeout_seconds", timeout, self.app.settings.execution.heartbeat_interval_max)
         if not changes:
             raise JobValidationError("nothing to change: give paused, zombie_timeout_seconds or max_workers")
         check_key("queue", name)  # a malformed name is refused with its reason, before "no such queue"
         if not create and all(q.name != name for q in self.app.storage.list_queues()):
-            raise NotFoundError(f"no queue {name!r}; send \"create\": true to create it")
+            raise NotFoundError(f'no queue {name!r}; send "create": true to create it')
         info: QueueInfo = self.store.queue_changed(name, actor, dict(changes), **changes)
         self._publish("queue.changed", actor.name, queue=name, **changes)
         return info

@@ -36,8 +36,14 @@ Send = Callable[[str, float], None]  # (queue, seconds until the ring should bec
 class Doorbell:
     """Coalescing, best-effort ringer. Call it with ``{queue: delay_seconds}`` (an announcer)."""
 
-    def __init__(self, send: Send, *, interval: float = 1.0, max_delay: float = MAX_DELAY,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        send: Send,
+        *,
+        interval: float = 1.0,
+        max_delay: float = MAX_DELAY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if interval <= 0:
             raise ValueError("doorbell interval must be > 0")
         self._send = send
@@ -123,8 +129,13 @@ class Doorbell:
                 self._last_failure_log[queue] = now
                 # The type and first line only: SDK errors can carry request URLs with signatures.
                 first = str(exc).splitlines()[0][:200] if str(exc) else ""
-                log.warning("doorbell ring for queue %r failed (the jobs are stored; the drain timer or "
-                            "the next ring picks them up): %s %s", queue, type(exc).__name__, first)
+                log.warning(
+                    "doorbell ring for queue %r failed (the jobs are stored; the drain timer or "
+                    "the next ring picks them up): %s %s",
+                    queue,
+                    type(exc).__name__,
+                    first,
+                )
             return
         self.sent += 1
         instruments().doorbell_rings.add(1, {"queue": queue, "outcome": "sent"})

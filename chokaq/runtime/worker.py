@@ -87,9 +87,7 @@ class Worker:
             prefetch=self.prefetch,
             batch=min(ex.fetch_batch_size, self.prefetch),
         )
-        self.reconciler = Reconciler(
-            self.storage, self.id, self.outage, self.slots, db=self._db, adopted=self._active
-        )
+        self.reconciler = Reconciler(self.storage, self.id, self.outage, self.slots, db=self._db, adopted=self._active)
         self._woken = False  # NOTIFY arrived or wake() was called: the primary fetcher claims now
         self._wakes = Changes()  # _woken was set, or the worker is stopping
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -197,8 +197,9 @@ class AdminStore(JobListing):
         self.s.announce()
         return record
 
-    def _match_ids(self, c: Connection, f: JobFilter, max_jobs: int, location: Location,
-                   bound: tuple[datetime, str] | None = None) -> tuple[int, list[str], str | None]:
+    def _match_ids(
+        self, c: Connection, f: JobFilter, max_jobs: int, location: Location, bound: tuple[datetime, str] | None = None
+    ) -> tuple[int, list[str], str | None]:
         """The total matching now, the oldest ``max_jobs`` of them inside ``bound``, and the bound
         of the whole matching set (its newest job)."""
         t = TABLES[location]
@@ -212,8 +213,9 @@ class AdminStore(JobListing):
             upper = bound[0] + timedelta(microseconds=1)
             inside.append(or_(time_col < bound[0], and_(time_col < upper, t.c.Id <= bound[1])))
         q: Select[Any] = select(t.c.Id).where(*inside).order_by(time_col, t.c.Id).limit(max_jobs)
-        newest = c.execute(select(time_col, t.c.Id).where(*conds).order_by(time_col.desc(), t.c.Id.desc())
-                           .limit(1)).first()
+        newest = c.execute(
+            select(time_col, t.c.Id).where(*conds).order_by(time_col.desc(), t.c.Id.desc()).limit(1)
+        ).first()
         snap = snapshot_text(newest[0], newest[1]) if newest is not None and newest[0] is not None else None
         return int(total), [r[0] for r in c.execute(q).all()], snap
 
@@ -232,8 +234,9 @@ class AdminStore(JobListing):
         bound = parse_snapshot(snapshot) if snapshot is not None else None
         # A filter acts only on what a preview counted: the count confirmed and its bound.
         if f is not None and not dry_run and (expected_count is None or (expected_count > 0 and bound is None)):
-            raise JobValidationError("preview first (dry_run: true), then send its matched count as "
-                                     "expected_count and its snapshot")
+            raise JobValidationError(
+                "preview first (dry_run: true), then send its matched count as expected_count and its snapshot"
+            )
         if ids is not None:
             if len(ids) > limits.MAX_BULK_IDS:
                 raise JobValidationError(f"at most {limits.MAX_BULK_IDS} ids per request")
@@ -260,8 +263,10 @@ class AdminStore(JobListing):
             return len(chosen), chosen, [], None
         matched, chosen, snap = self._match_ids(c, f, max_jobs, Location.DLQ, bound)
         if confirmed is not None and matched > confirmed:
-            raise ConflictError(f"{matched} dead jobs match the filter now, but {confirmed} were "
-                                "previewed and confirmed: nothing was changed; preview again")
+            raise ConflictError(
+                f"{matched} dead jobs match the filter now, but {confirmed} were "
+                "previewed and confirmed: nothing was changed; preview again"
+            )
         return matched, chosen, self.where(Location.DLQ, f), snap
 
     def _bulk(
@@ -287,8 +292,11 @@ class AdminStore(JobListing):
                 return BulkResult(matched, 0, [], skipped_ids=list(unique or []))
             moved = mover(c, and_(jobs_dlq.c.Id.in_(chosen), *where_extra))
             moved_set = set(moved)
-            details = {"filter": _filter_json(f), "expected_count": expected_count, "snapshot": snapshot} \
-                if f is not None else None
+            details = (
+                {"filter": _filter_json(f), "expected_count": expected_count, "snapshot": snapshot}
+                if f is not None
+                else None
+            )
             self.audit(c, actor, action, moved, details)
             skipped = [i for i in (unique or chosen) if i not in moved_set]
             return BulkResult(matched, len(moved), moved[:SAMPLE_IDS], skipped_ids=skipped)
@@ -418,6 +426,7 @@ class AdminStore(JobListing):
             return info
 
         return self.s.write(work, op="queue_update")
+
 
 def _filter_json(f: JobFilter | None) -> dict[str, Any] | None:
     if f is None:

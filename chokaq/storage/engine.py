@@ -30,8 +30,14 @@ MSSQL_TRANSIENT_SQLSTATES = {"HYT00", "HYT01", "08S01", "08001", "40001"}
 PG_TRANSIENT_SQLSTATE_PREFIXES = ("40001", "40P01", "08", "57P01", "57P02", "57P03", "53300", "57014")
 # libpq's own words for a connection that failed or broke (no SQLSTATE: the server never answered).
 PG_TRANSIENT_CONNECTION_TEXT = (
-    "connection refused", "timeout expired", "server closed the connection", "connection reset",
-    "connection timed out", "no route to host", "network is unreachable", "the database system is",
+    "connection refused",
+    "timeout expired",
+    "server closed the connection",
+    "connection reset",
+    "connection timed out",
+    "no route to host",
+    "network is unreachable",
+    "the database system is",
 )
 # pyodbc formats a diagnostic record as "[SQLSTATE] <text> (<native number>) (<ODBC function>)"
 # (later records, on Windows: "; [SQLSTATE] <text> (<number>)"). The number the driver placed is

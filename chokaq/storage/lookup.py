@@ -24,7 +24,10 @@ from chokaq.storage.sqlfuncs import ListParam, in_list
 
 # In order of preference should a row ever be seen twice (it cannot within one snapshot).
 TABLES: tuple[tuple[Location, Table], ...] = (
-    (Location.HOT, jobs_hot), (Location.DLQ, jobs_dlq), (Location.ARCHIVE, jobs_archive))
+    (Location.HOT, jobs_hot),
+    (Location.DLQ, jobs_dlq),
+    (Location.ARCHIVE, jobs_archive),
+)
 LOCATION_COLUMN = "Location_"
 
 
@@ -39,8 +42,7 @@ def get_job_statement() -> CompoundSelect[Any]:
     parts = []
     for loc, t in TABLES:
         cols = [t.c[name].label(name) if name in t.c else cast(null(), typ).label(name) for name, typ in types.items()]
-        parts.append(select(literal(loc.value).label(LOCATION_COLUMN), *cols)
-                     .where(t.c.Id == bindparam("job_id")))
+        parts.append(select(literal(loc.value).label(LOCATION_COLUMN), *cols).where(t.c.Id == bindparam("job_id")))
     return union_all(*parts)
 
 

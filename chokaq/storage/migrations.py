@@ -73,8 +73,10 @@ def _v4_archive_due_time(conn: Connection) -> None:
     table = f"{prep.quote_schema(SCHEMA)}.{prep.quote(jobs_archive.name)}"
     if name == "mssql":
         conn.execute(
-            text(f"IF COL_LENGTH('{SCHEMA}.{jobs_archive.name}', '{column.name}') IS NULL "
-                 f"ALTER TABLE {table} ADD {definition}")
+            text(
+                f"IF COL_LENGTH('{SCHEMA}.{jobs_archive.name}', '{column.name}') IS NULL "
+                f"ALTER TABLE {table} ADD {definition}"
+            )
         )
     else:
         conn.execute(text(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {definition}"))

@@ -27,7 +27,12 @@ def listen(url: str, on_notify: Callable[[], None], stop: threading.Event, liste
         try:
             # Keepalives end a connection whose server vanished; LISTEN sends nothing otherwise.
             with psycopg.connect(
-                dsn, autocommit=True, connect_timeout=10, keepalives=1, keepalives_idle=5, keepalives_interval=2,
+                dsn,
+                autocommit=True,
+                connect_timeout=10,
+                keepalives=1,
+                keepalives_idle=5,
+                keepalives_interval=2,
                 keepalives_count=3,
             ) as conn:
                 conn.execute(f"LISTEN {NOTIFY_CHANNEL}")

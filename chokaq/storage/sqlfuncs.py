@@ -350,15 +350,19 @@ def _ms(element: wait_bin, compiler: SQLCompiler, **kw: Any) -> str:
 @compiles(wait_bin, "postgresql")
 def _wait_bin_pg(element: wait_bin, compiler: SQLCompiler, **kw: Any) -> str:
     w = _ms(element, compiler, **kw)
-    return (f"CASE WHEN {w} < 1 THEN 0 ELSE LEAST(CAST(FLOOR(LOG({w}) * {WAIT_BINS_PER_DECADE}) AS INTEGER) + 1, "
-            f"{WAIT_TOP_BIN}) END")
+    return (
+        f"CASE WHEN {w} < 1 THEN 0 ELSE LEAST(CAST(FLOOR(LOG({w}) * {WAIT_BINS_PER_DECADE}) AS INTEGER) + 1, "
+        f"{WAIT_TOP_BIN}) END"
+    )
 
 
 @compiles(wait_bin, "mssql")
 def _wait_bin_mssql(element: wait_bin, compiler: SQLCompiler, **kw: Any) -> str:
     w = _ms(element, compiler, **kw)
-    return (f"CASE WHEN {w} < 1 THEN 0 WHEN {w} >= 1e8 THEN {WAIT_TOP_BIN} "
-            f"ELSE CAST(FLOOR(LOG10({w}) * {WAIT_BINS_PER_DECADE}) AS INT) + 1 END")
+    return (
+        f"CASE WHEN {w} < 1 THEN 0 WHEN {w} >= 1e8 THEN {WAIT_TOP_BIN} "
+        f"ELSE CAST(FLOOR(LOG10({w}) * {WAIT_BINS_PER_DECADE}) AS INT) + 1 END"
+    )
 
 
 @compiles(wait_bin, "sqlite")

@@ -36,8 +36,12 @@ HEADERS = {
 
 def make_app(url: str, **overrides: Any) -> ChokaQ:
     admin = {"tokens": TOKENS, **overrides.pop("admin", {})}
-    storage = {"polling_interval": 0.05, "idle_polling_interval": 0.1, "transient_retries": 2,
-               **overrides.pop("storage", {})}
+    storage = {
+        "polling_interval": 0.05,
+        "idle_polling_interval": 0.1,
+        "transient_retries": 2,
+        **overrides.pop("storage", {}),
+    }
     app = ChokaQ(storage_url=url, admin=admin, storage=storage, **overrides)
     app.storage.upgrade()
     return app
@@ -61,9 +65,16 @@ def run_one(storage: Storage, job_id: str, worker: str = "w-test") -> Any:
     return res.started[0]
 
 
-def make_dead(storage: Storage, n: int = 1, *, type: str = "t", queue: str = "default",
-              reason: FailureReason = FailureReason.FATAL_ERROR, details: str = "boom",
-              payload: str = "{}") -> list[str]:
+def make_dead(
+    storage: Storage,
+    n: int = 1,
+    *,
+    type: str = "t",
+    queue: str = "default",
+    reason: FailureReason = FailureReason.FATAL_ERROR,
+    details: str = "boom",
+    payload: str = "{}",
+) -> list[str]:
     """n jobs moved Pending -> Processing -> DLQ through the worker's own storage calls."""
     ids = [enqueue(storage, type=type, queue=queue, payload=payload) for _ in range(n)]
     claimed = storage.fetch("w-dead", n + 1000, [queue])

@@ -34,13 +34,21 @@ class LiveServer:
     def __init__(self, db_path: Path, **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "CHOKAQ_STORAGE_URL": f"sqlite:///{db_path}",
-                    "CHOKAQ_ADMIN__TOKENS": json.dumps(TOKENS), **env}
+        self.env = {
+            **os.environ,
+            "CHOKAQ_STORAGE_URL": f"sqlite:///{db_path}",
+            "CHOKAQ_ADMIN__TOKENS": json.dumps(TOKENS),
+            **env,
+        }
         self.env.pop("CHOKAQ_APP", None)
         cli = [sys.executable, "-c", "from chokaq.cli.main import main; main()"]
         subprocess.run([*cli, "db", "upgrade"], env=self.env, check=True, capture_output=True)
-        self.proc = subprocess.Popen([*cli, "serve", "--host", "127.0.0.1", "--port", str(self.port)], env=self.env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [*cli, "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -113,8 +121,9 @@ class ThreadServer:
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    timeout_graceful_shutdown=2))
+        self.server = uvicorn.Server(
+            uvicorn.Config(api, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=2)
+        )
         self.thread = threading.Thread(target=self.server.run, name=f"api-{self.port}", daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 15

@@ -39,20 +39,31 @@ def test_health(client: TestClient, sqlite_url: str, tmp_path: Any) -> None:
 def test_enqueue_idempotency_and_model_validation(app: ChokaQ) -> None:
     _with_handler(app)
     with TestClient(create_api(app)) as client:
-        body = {"type": "order_v1", "payload": {"order_id": 7, "amount": 9.5}, "idempotency_key": "order-7",
-                "tags": "web", "priority": 20}
+        body = {
+            "type": "order_v1",
+            "payload": {"order_id": 7, "amount": 9.5},
+            "idempotency_key": "order-7",
+            "tags": "web",
+            "priority": 20,
+        }
         r1 = client.post("/api/jobs", headers=OPS, json=body)
         assert r1.status_code == 201 and r1.json()["created"] is True
         r2 = client.post("/api/jobs", headers=OPS, json=body)
         assert r2.status_code == 200 and r2.json() == {"id": r1.json()["id"], "created": False}
         job = client.get(f"/api/jobs/{r1.json()['id']}", headers=VIEWER).json()
-        assert (job["queue"], job["priority"], job["tags"], job["created_by"]) == ("orders", 20, "web",
-                                                                                   "ops@example.com")
+        assert (job["queue"], job["priority"], job["tags"], job["created_by"]) == (
+            "orders",
+            20,
+            "web",
+            "ops@example.com",
+        )
         assert job["payload"] == {"order_id": 7, "amount": 9.5} and job["status"] == "Pending"
         bad = client.post("/api/jobs", headers=OPS, json={"type": "order_v1", "payload": {"order_id": "x"}})
         assert bad.status_code == 422 and bad.json()["error"] == "payload_invalid"
-        assert {tuple(e["loc"]) for e in bad.json()["detail"]} == {("body", "payload", "order_id"),
-                                                                   ("body", "payload", "amount")}
+        assert {tuple(e["loc"]) for e in bad.json()["detail"]} == {
+            ("body", "payload", "order_id"),
+            ("body", "payload", "amount"),
+        }
         # Unregistered types take any JSON; limits still apply.
         r = client.post("/api/jobs", headers=OPS, json={"type": "free", "payload": [1, "two", None]})
         assert r.status_code == 201
@@ -72,8 +83,7 @@ def test_edit_pending_and_conflicts(app: ChokaQ, client: TestClient) -> None:
     assert (r.json()["payload"], r.json()["tags"], r.json()["priority"]) == ({"n": 2}, "a,b", 50)
     assert client.patch(f"/api/jobs/{job}", headers=OPS, json={}).status_code == 422
     assert client.patch(f"/api/jobs/{job}", headers=OPS, json={"queue": "x"}).status_code == 422
-    assert client.patch(f"/api/jobs/{job}", headers=OPS,
-                        json={"payload": 1, "payload_text": "1"}).status_code == 422
+    assert client.patch(f"/api/jobs/{job}", headers=OPS, json={"payload": 1, "payload_text": "1"}).status_code == 422
     # Fetched, then Processing: a worker owns it -> 409, with the reason.
     claimed = s.fetch("w1", 10, ["e"])
     assert [c.id for c in claimed] == [job]
@@ -90,8 +100,10 @@ def test_edit_pending_and_conflicts(app: ChokaQ, client: TestClient) -> None:
     assert client.post("/api/dlq/nope/resurrect", headers=OPS).status_code == 404
     assert client.patch(f"/api/dlq/{job}", headers=OPS, json={"tags": "x"}).status_code == 404
     # Cancelling it is refused too (skipped, not an error).
-    assert client.post("/api/jobs/cancel", headers=OPS, json={"ids": [job]}).json() == {"cancelled": 0,
-                                                                                        "skipped_ids": [job]}
+    assert client.post("/api/jobs/cancel", headers=OPS, json={"ids": [job]}).json() == {
+        "cancelled": 0,
+        "skipped_ids": [job],
+    }
 
 
 def test_force_is_admin_only_and_audited(app: ChokaQ) -> None:
@@ -108,12 +120,17 @@ def test_force_is_admin_only_and_audited(app: ChokaQ) -> None:
         assert r.status_code == 422
         # priority is set when resurrecting, not on a dead job.
         assert client.patch(f"/api/dlq/{dead}", headers=OPS, json={"priority": 3}).status_code == 422
-        r = client.post(f"/api/dlq/{dead}/resurrect", headers=ADMIN, json={"force": True,
-                        "payload_text": '{"order_id": "still wrong"}'})
+        r = client.post(
+            f"/api/dlq/{dead}/resurrect",
+            headers=ADMIN,
+            json={"force": True, "payload_text": '{"order_id": "still wrong"}'},
+        )
         assert r.status_code == 200 and r.json()["payload"] == {"order_id": "still wrong"}
         audit = client.get("/api/audit", headers=VIEWER, params={"job_id": dead}).json()["items"]
-        assert [(a["action"], a["details"].get("force")) for a in audit] == [("dlq.resurrect", True),
-                                                                             ("dlq.edit", True)]
+        assert [(a["action"], a["details"].get("force")) for a in audit] == [
+            ("dlq.resurrect", True),
+            ("dlq.edit", True),
+        ]
         assert client.get("/api/audit", headers=VIEWER, params={"actor": "ops@example.com"}).json()["total"] == 0
 
 
@@ -121,8 +138,11 @@ def test_queue_controls(app: ChokaQ, client: TestClient) -> None:
     r = client.patch("/api/queues/mail", headers=OPS, json={"paused": True})
     assert r.status_code == 404 and "create" in r.json()["detail"]  # a typo does not create a queue
     assert client.get("/api/queues", headers=VIEWER).json()["items"] == []
-    r = client.patch("/api/queues/mail", headers=OPS, json={"paused": True, "zombie_timeout_seconds": 120,
-                                                             "max_workers": 4, "create": True})
+    r = client.patch(
+        "/api/queues/mail",
+        headers=OPS,
+        json={"paused": True, "zombie_timeout_seconds": 120, "max_workers": 4, "create": True},
+    )
     assert r.status_code == 200, r.text
     assert (r.json()["is_paused"], r.json()["zombie_timeout_seconds"], r.json()["max_workers"]) == (True, 120, 4)
     # Below 3x Execution.HeartbeatIntervalMax (12 s -> 36 s): refused.
@@ -150,8 +170,11 @@ def test_listing_filters_sort_and_paging(app: ChokaQ, client: TestClient) -> Non
         enqueue(s, type="a", queue="q1", priority=i, tags=f"batch-{i % 2}")
     enqueue(s, type="b", queue="q2")
     run_one(s, enqueue(s, type="c", queue="q3"))
-    r = client.get("/api/jobs", headers=VIEWER, params={"queue": "q1", "sort": "priority", "desc": "false",
-                                                        "page_size": 2, "page": 2})
+    r = client.get(
+        "/api/jobs",
+        headers=VIEWER,
+        params={"queue": "q1", "sort": "priority", "desc": "false", "page_size": 2, "page": 2},
+    )
     body = r.json()
     assert (body["total"], body["page"], body["page_size"]) == (5, 2, 2)
     assert [j["priority"] for j in body["items"]] == [2, 3]
@@ -160,8 +183,14 @@ def test_listing_filters_sort_and_paging(app: ChokaQ, client: TestClient) -> Non
     assert client.get("/api/jobs", headers=VIEWER, params={"search": "B"}).json()["total"] >= 1
     assert client.get("/api/jobs", headers=VIEWER, params={"from": "2999-01-01T00:00:00Z"}).json()["total"] == 0
     assert client.get("/api/jobs", headers=VIEWER, params={"to": "2999-01-01T00:00:00+02:00"}).json()["total"] == 7
-    for bad in ({"sort": "Payload; DROP TABLE x"}, {"page_size": 1001}, {"page": 0}, {"status": "Done"},
-                {"location": "dlq"}, {"from": "yesterday"}):
+    for bad in (
+        {"sort": "Payload; DROP TABLE x"},
+        {"page_size": 1001},
+        {"page": 0},
+        {"status": "Done"},
+        {"location": "dlq"},
+        {"from": "yesterday"},
+    ):
         r = client.get("/api/jobs", headers=VIEWER, params=bad)
         assert r.status_code == 422, bad
         assert set(r.json()) == {"error", "detail"}
@@ -181,8 +210,9 @@ def test_meta_lists_handlers(app: ChokaQ) -> None:
     with TestClient(create_api(app)) as client:
         meta = client.get("/api/meta", headers=VIEWER).json()
         assert meta["role"] == "viewer" and meta["dev_open"] is False
-        assert meta["handlers"] == [{"type": "order_v1", "queue": "orders",
-                                     "payload_schema": Order.model_json_schema()}]
+        assert meta["handlers"] == [
+            {"type": "order_v1", "queue": "orders", "payload_schema": Order.model_json_schema()}
+        ]
 
 
 def test_mutations_publish_events_and_recent_endpoint(app: ChokaQ, client: TestClient) -> None:
@@ -212,8 +242,9 @@ def test_sse_replays_and_ticks_stats(app: ChokaQ, client: TestClient) -> None:
     assert tick["kind"] == "stats.updated"
     assert tick["queues"]["sse"]["pending"] == 1 and tick["totals"]["pending"] >= 1
     # Last-Event-ID resumes after the given event.
-    with client.stream("GET", "/api/events", headers={**VIEWER, "Last-Event-ID": repr(marker.at)},
-                       params={"max_events": 1}) as r:
+    with client.stream(
+        "GET", "/api/events", headers={**VIEWER, "Last-Event-ID": repr(marker.at)}, params={"max_events": 1}
+    ) as r:
         first = "".join(r.iter_text())
     assert "sse-marker" not in first and "stats.updated" in first
 

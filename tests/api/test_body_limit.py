@@ -54,8 +54,7 @@ def test_chunked_body_is_counted_while_it_streams(client: TestClient) -> None:
     r = client.post("/api/jobs", headers={**ADMIN, "Content-Type": "application/json"}, content=body())
     assert r.status_code == 413 and r.json()["error"] == "too_large"
     # Anonymous: refused before a byte of the body is read.
-    r = client.post("/api/jobs", headers={"Content-Type": "application/json", "X-ChokaQ-Request": "1"},
-                    content=body())
+    r = client.post("/api/jobs", headers={"Content-Type": "application/json", "X-ChokaQ-Request": "1"}, content=body())
     assert r.status_code == 401 and r.json()["error"] == "unauthenticated"
 
 
@@ -72,11 +71,15 @@ def test_a_body_just_under_the_limit_is_parsed(client: TestClient) -> None:
 
 def test_anonymous_caller_is_refused_before_sending_any_body(live: LiveServer) -> None:
     # Headers only: a server that read (or waited for) the body first would never answer.
-    head = ("POST /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            "X-ChokaQ-Request: 1\r\nTransfer-Encoding: chunked\r\n\r\n")
+    head = (
+        "POST /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        "X-ChokaQ-Request: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
     assert raw_request(live.port, head, timeout=10) == 401
-    head = (f"POST /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Authorization: Bearer {ADMIN_TOKEN}\r\nContent-Length: {50 * MB}\r\n\r\n")
+    head = (
+        f"POST /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {ADMIN_TOKEN}\r\nContent-Length: {50 * MB}\r\n\r\n"
+    )
     assert raw_request(live.port, head, timeout=10) == 413
 
 
@@ -84,8 +87,10 @@ def test_twenty_concurrent_anonymous_50_mb_bodies_stay_out_of_memory(live: LiveS
     before = rss_kib(live.pid)
     statuses: list[int] = []
     errors: list[BaseException] = []
-    head = (f"POST /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {50 * MB}\r\n\r\n")
+    head = (
+        f"POST /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {50 * MB}\r\n\r\n"
+    )
 
     def one() -> None:
         try:

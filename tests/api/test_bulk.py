@@ -33,8 +33,9 @@ def test_bulk_resurrect_by_filter_dry_run_cap_and_stats(app: ChokaQ, client: Tes
     assert failed_total(s, "mail") == 10
 
     # The real thing, bound to the preview, stops at max_jobs, oldest failures first.
-    r = client.post("/api/dlq/resurrect", headers=OPS,
-                    json={**body, "expected_count": out["matched"], "snapshot": out["snapshot"]})
+    r = client.post(
+        "/api/dlq/resurrect", headers=OPS, json={**body, "expected_count": out["matched"], "snapshot": out["snapshot"]}
+    )
     out = r.json()
     assert (out["matched"], out["affected"], out["dry_run"]) == (7, 5, False)
     assert set(out["sample_ids"]) <= set(zombies)
@@ -48,8 +49,11 @@ def test_bulk_resurrect_by_filter_dry_run_cap_and_stats(app: ChokaQ, client: Tes
     # Filter by number works too; the rest of the zombies come back, fatal ones stay.
     again = {"filter": {"queue": "mail", "failure_reason": 2}, "max_jobs": 1000}
     preview = client.post("/api/dlq/resurrect", headers=OPS, json={**again, "dry_run": True}).json()
-    r = client.post("/api/dlq/resurrect", headers=OPS,
-                    json={**again, "expected_count": preview["matched"], "snapshot": preview["snapshot"]})
+    r = client.post(
+        "/api/dlq/resurrect",
+        headers=OPS,
+        json={**again, "expected_count": preview["matched"], "snapshot": preview["snapshot"]},
+    )
     assert r.json()["affected"] == 2
     assert failed_total(s, "mail") == 3
     left = client.get("/api/dlq", headers=VIEWER, params={"queue": "mail"}).json()
@@ -77,17 +81,21 @@ def test_bulk_by_ids_reports_skipped(app: ChokaQ, client: TestClient) -> None:
 def test_bulk_limits_are_422(client: TestClient) -> None:
     too_many = {"ids": [f"id{i}" for i in range(1001)]}
     assert client.post("/api/dlq/resurrect", headers=OPS, json=too_many).status_code == 422
-    assert client.post("/api/dlq/resurrect", headers=OPS,
-                       json={"filter": {}, "max_jobs": 1001}).status_code == 422
+    assert client.post("/api/dlq/resurrect", headers=OPS, json={"filter": {}, "max_jobs": 1001}).status_code == 422
     both = client.post("/api/dlq/purge", headers=ADMIN, json={"ids": ["a"], "filter": {"queue": "q"}})
     assert both.status_code == 422 and both.json()["error"] == "validation_error"
     neither = client.post("/api/dlq/purge", headers=ADMIN, json={"dry_run": True})
     assert neither.status_code == 422
-    bad_reason = client.post("/api/dlq/purge", headers=ADMIN,
-                             json={"filter": {"failure_reason": "Sleepy"}, "dry_run": True})
+    bad_reason = client.post(
+        "/api/dlq/purge", headers=ADMIN, json={"filter": {"failure_reason": "Sleepy"}, "dry_run": True}
+    )
     assert bad_reason.status_code == 422 and "Zombie" in bad_reason.json()["detail"]
-    assert client.post("/api/dlq/purge", headers=ADMIN,
-                       json={"filter": {"failure_reason": 42}, "dry_run": True}).status_code == 422
+    assert (
+        client.post(
+            "/api/dlq/purge", headers=ADMIN, json={"filter": {"failure_reason": 42}, "dry_run": True}
+        ).status_code
+        == 422
+    )
 
 
 def test_purge_by_filter_with_dry_run_and_default_cap(app: ChokaQ, client: TestClient) -> None:
@@ -136,14 +144,18 @@ def test_archive_purge_in_batches(db_url: str, batch: int) -> None:
             # Operators may not purge; admins may.
             cutoff = (datetime.now(UTC) + timedelta(days=1)).isoformat()
             assert client.post("/api/archive/purge", headers=OPS, json={"older_than": cutoff}).status_code == 403
-            none = client.post("/api/archive/purge", headers=ADMIN,
-                               json={"older_than": (datetime.now(UTC) - timedelta(days=1)).isoformat()})
+            none = client.post(
+                "/api/archive/purge",
+                headers=ADMIN,
+                json={"older_than": (datetime.now(UTC) - timedelta(days=1)).isoformat()},
+            )
             assert none.json() == {"deleted": 0}
             r = client.post("/api/archive/purge", headers=ADMIN, json={"older_than": cutoff})
             assert r.status_code == 200 and r.json() == {"deleted": 8}
             assert all(s.get_job(i) is None for i in old)
-            rows = [a for a in client.get("/api/audit", headers=VIEWER).json()["items"]
-                    if a["action"] == "archive.purge"]
+            rows = [
+                a for a in client.get("/api/audit", headers=VIEWER).json()["items"] if a["action"] == "archive.purge"
+            ]
             # 8 rows in batches of 3: three short transactions, each audited.
             assert [a["details"]["deleted"] for a in rows] == [2, 3, 3]
             assert all(a["details"]["batch_size"] == batch for a in rows)
@@ -177,8 +189,9 @@ def test_a_set_that_grew_after_the_preview_is_409_and_nothing_changes(app: Choka
     preview = _preview(client, "/api/dlq/purge", body)
     assert preview["matched"] == 3 and preview["snapshot"]
     make_dead(s, 40, queue="grow", details="smtp down")  # more fail while the operator reads "Purge 3 jobs?"
-    r = client.post("/api/dlq/purge", headers=ADMIN,
-                    json={**body, "expected_count": 3, "snapshot": preview["snapshot"]})
+    r = client.post(
+        "/api/dlq/purge", headers=ADMIN, json={**body, "expected_count": 3, "snapshot": preview["snapshot"]}
+    )
     assert r.status_code == 409, r.text
     assert "43" in r.json()["detail"] and "3 were previewed" in r.json()["detail"]
     assert client.get("/api/dlq", headers=VIEWER, params={"queue": "grow"}).json()["total"] == 43
@@ -192,8 +205,9 @@ def test_only_jobs_inside_the_snapshot_are_touched(app: ChokaQ, client: TestClie
     # Meanwhile: two of the five are purged by someone else and two new ones fail: still 5 match.
     assert client.post("/api/dlq/purge", headers=ADMIN, json={"ids": seen[:2]}).json()["affected"] == 2
     late = make_dead(s, 2, queue="snap")
-    r = client.post("/api/dlq/resurrect", headers=OPS,
-                    json={**body, "expected_count": 5, "snapshot": preview["snapshot"]})
+    r = client.post(
+        "/api/dlq/resurrect", headers=OPS, json={**body, "expected_count": 5, "snapshot": preview["snapshot"]}
+    )
     assert r.status_code == 200 and r.json()["affected"] == 3, r.text
     left = {j["id"] for j in client.get("/api/dlq", headers=VIEWER, params={"queue": "snap"}).json()["items"]}
     assert left == set(late)
@@ -207,6 +221,9 @@ def test_an_empty_filter_needs_all_true(app: ChokaQ, client: TestClient, empty: 
         assert r.status_code == 422 and "all" in r.text, r.text
     preview = _preview(client, "/api/dlq/purge", {"filter": empty, "all": True})
     assert preview["matched"] == 2
-    r = client.post("/api/dlq/purge", headers=ADMIN, json={"filter": empty, "all": True, "expected_count": 2,
-                                                           "snapshot": preview["snapshot"]})
+    r = client.post(
+        "/api/dlq/purge",
+        headers=ADMIN,
+        json={"filter": empty, "all": True, "expected_count": 2, "snapshot": preview["snapshot"]},
+    )
     assert r.json()["affected"] == 2

@@ -21,8 +21,9 @@ def run(url: str, *args: str, input: str | None = None) -> Any:
 
 
 def test_dlq_list_and_show(app: ChokaQ, db_url: str) -> None:
-    ids = make_dead(app.storage, 2, queue="m", type="email_v1", reason=FailureReason.ZOMBIE,
-                    details="Zombie detected\nmore")
+    ids = make_dead(
+        app.storage, 2, queue="m", type="email_v1", reason=FailureReason.ZOMBIE, details="Zombie detected\nmore"
+    )
     make_dead(app.storage, 1, queue="m", type="other")
     r = run(db_url, "dlq", "list", "--reason", "zombie", "--json")
     assert r.exit_code == 0, r.output

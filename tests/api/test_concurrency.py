@@ -33,12 +33,18 @@ def test_concurrent_double_resurrect_moves_once(pg_app: ChokaQ) -> None:
         statuses: list[int] = []
         lock = threading.Lock()
 
-        def go(priority: int, job_id: str = job_id, barrier: threading.Barrier = barrier,
-               statuses: list[int] = statuses, lock: threading.Lock = lock) -> None:
+        def go(
+            priority: int,
+            job_id: str = job_id,
+            barrier: threading.Barrier = barrier,
+            statuses: list[int] = statuses,
+            lock: threading.Lock = lock,
+        ) -> None:
             with TestClient(api) as client:
                 barrier.wait()
-                r = client.post(f"/api/dlq/{job_id}/resurrect", headers=HEADERS["operator"],
-                                json={"priority": priority})
+                r = client.post(
+                    f"/api/dlq/{job_id}/resurrect", headers=HEADERS["operator"], json={"priority": priority}
+                )
                 with lock:
                     statuses.append(r.status_code)
                 if r.status_code == 409:
@@ -54,6 +60,5 @@ def test_concurrent_double_resurrect_moves_once(pg_app: ChokaQ) -> None:
         assert rec is not None and rec.location is Location.HOT and rec.attempt_count == 0
     assert failed_total(s, "race") == 0  # decremented once per job, never twice
     with TestClient(api) as client:
-        audit = client.get("/api/audit", headers=HEADERS["viewer"],
-                           params={"page_size": 1000}).json()["items"]
+        audit = client.get("/api/audit", headers=HEADERS["viewer"], params={"page_size": 1000}).json()["items"]
     assert sorted(a["job_ids"][0] for a in audit if a["action"] == "dlq.resurrect") == sorted(ids)

@@ -72,13 +72,17 @@ def test_same_origin_and_custom_header_pass(app: ChokaQ, open_client: TestClient
     assert open_client.get("/api/stats", headers=EVIL).status_code == 200
 
 
-def test_app_service_cookie_sign_in_is_no_cross_site_credential(sqlite_url: str,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_app_service_cookie_sign_in_is_no_cross_site_credential(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "True")
     app = make_app(sqlite_url, admin={"trust_app_service_auth": True})
     dead = make_dead(app.storage, 1)[0]
-    doc = {"name_typ": "name", "role_typ": "roles",
-           "claims": [{"typ": "name", "val": "ana"}, {"typ": "roles", "val": "chokaq.admin"}]}
+    doc = {
+        "name_typ": "name",
+        "role_typ": "roles",
+        "claims": [{"typ": "name", "val": "ana"}, {"typ": "roles", "val": "chokaq.admin"}],
+    }
     # What App Service injects for a browser whose sign-in cookie rides along on any request.
     principal = {"X-MS-CLIENT-PRINCIPAL": base64.b64encode(json.dumps(doc).encode()).decode()}
     with TestClient(create_api(app)) as client:
@@ -92,8 +96,9 @@ def test_app_service_cookie_sign_in_is_no_cross_site_credential(sqlite_url: str,
 
 def test_host_header_checked_against_the_bind_address(app: ChokaQ) -> None:
     assert bind_hosts("0.0.0.0") is None and bind_hosts("10.1.2.3") == ["10.1.2.3"]
-    with TestClient(create_api(app, dev_open=True, allowed_hosts=bind_hosts("127.0.0.1")),
-                    base_url="http://127.0.0.1:7071") as client:
+    with TestClient(
+        create_api(app, dev_open=True, allowed_hosts=bind_hosts("127.0.0.1")), base_url="http://127.0.0.1:7071"
+    ) as client:
         assert client.get("/api/meta").status_code == 200
         assert client.get("/api/meta", headers={"Host": "localhost:7071"}).status_code == 200
         r = client.get("/api/meta", headers={"Host": "rebound.evil.example:7071"})
@@ -113,9 +118,21 @@ def test_configured_hosts_apply_to_every_server(sqlite_url: str) -> None:
 def test_chokaq_dev_refuses_a_rebound_host(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from chokaq.cli.main import main; main()", "--db", f"sqlite:///{tmp_path}/dev.db",
-         "dev", "--no-seed", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+        [
+            sys.executable,
+            "-c",
+            "from chokaq.cli.main import main; main()",
+            "--db",
+            f"sqlite:///{tmp_path}/dev.db",
+            "dev",
+            "--no-seed",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -21,8 +21,15 @@ VIEWER, ADMIN, OPS = HEADERS["viewer"], HEADERS["admin"], HEADERS["operator"]
 
 @pytest.fixture
 def served(sqlite_url: str) -> Iterator[tuple[ChokaQ, Any, ThreadServer]]:
-    app = make_app(sqlite_url, admin={"event_poll_interval": 0.1, "max_event_streams": 4,
-                                      "max_event_streams_per_principal": 3, "event_stream_max_seconds": 600})
+    app = make_app(
+        sqlite_url,
+        admin={
+            "event_poll_interval": 0.1,
+            "max_event_streams": 4,
+            "max_event_streams_per_principal": 3,
+            "event_stream_max_seconds": 600,
+        },
+    )
     api = create_api(app)
     server = ThreadServer(api)
     try:
@@ -58,8 +65,10 @@ def test_streams_share_one_stats_poll(served: tuple[ChokaQ, Any, ThreadServer]) 
     received: list[int] = []
     tokens = [VIEWER, ADMIN, OPS, VIEWER]
     with httpx.Client(timeout=30) as client:
-        threads = [threading.Thread(target=lambda h=h: received.append(_stats_messages(client, server.url, h, 10)))
-                   for h in tokens]
+        threads = [
+            threading.Thread(target=lambda h=h: received.append(_stats_messages(client, server.url, h, 10)))
+            for h in tokens
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -118,8 +127,14 @@ def test_a_stream_ends_at_its_lifetime_and_a_revoked_token_cannot_reconnect(sqli
             auth = api.state.authenticator
             auth.tokens = [t for t in auth.tokens if t.key != VIEWER_TOKEN]
             assert client.get(server.url + "/api/events", headers=VIEWER).status_code == 401
-            assert client.get(server.url + "/api/events", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-                              params={"max_events": 1}).status_code == 200
+            assert (
+                client.get(
+                    server.url + "/api/events",
+                    headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                    params={"max_events": 1},
+                ).status_code
+                == 200
+            )
     finally:
         server.stop()
         app.close()

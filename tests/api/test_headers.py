@@ -20,8 +20,12 @@ def _secure(headers: dict[str, str] | object) -> None:
 
 
 def test_api_json_is_never_cached_and_carries_the_headers(client: TestClient) -> None:
-    for path, headers in (("/api/stats", HEADERS["viewer"]), ("/api/jobs", HEADERS["viewer"]),
-                          ("/api/stats", {}), ("/api/health", {})):
+    for path, headers in (
+        ("/api/stats", HEADERS["viewer"]),
+        ("/api/jobs", HEADERS["viewer"]),
+        ("/api/stats", {}),
+        ("/api/health", {}),
+    ):
         r = client.get(path, headers=headers)
         _secure(r.headers)
         assert r.headers["cache-control"] == "no-store", path

@@ -24,17 +24,35 @@ def _parse(s: str) -> datetime:
     return datetime.fromisoformat(s.removesuffix("Z"))
 
 
-def archived(at: datetime, *, queue: str = "default", wait_ms: float | None = 100.0,
-             duration_ms: int | None = 10) -> dict[str, Any]:
+def archived(
+    at: datetime, *, queue: str = "default", wait_ms: float | None = 100.0, duration_ms: int | None = 10
+) -> dict[str, Any]:
     started = None if wait_ms is None else at - timedelta(milliseconds=duration_ms or 0)
     created = (started or at) - timedelta(milliseconds=wait_ms or 0)
-    return {"Id": f"H{next(_ids):025d}", "Queue": queue, "Type": "t", "Payload": "{}", "AttemptCount": 1,
-            "CreatedAtUtc": created, "StartedAtUtc": started, "FinishedAtUtc": at, "DurationMs": duration_ms}
+    return {
+        "Id": f"H{next(_ids):025d}",
+        "Queue": queue,
+        "Type": "t",
+        "Payload": "{}",
+        "AttemptCount": 1,
+        "CreatedAtUtc": created,
+        "StartedAtUtc": started,
+        "FinishedAtUtc": at,
+        "DurationMs": duration_ms,
+    }
 
 
 def dead(at: datetime, reason: FailureReason, *, queue: str = "default") -> dict[str, Any]:
-    return {"Id": f"D{next(_ids):025d}", "Queue": queue, "Type": "t", "Payload": "{}", "AttemptCount": 1,
-            "FailureReason": int(reason), "CreatedAtUtc": at - timedelta(seconds=5), "FailedAtUtc": at}
+    return {
+        "Id": f"D{next(_ids):025d}",
+        "Queue": queue,
+        "Type": "t",
+        "Payload": "{}",
+        "AttemptCount": 1,
+        "FailureReason": int(reason),
+        "CreatedAtUtc": at - timedelta(seconds=5),
+        "FailedAtUtc": at,
+    }
 
 
 def seed(app: ChokaQ, archive: list[dict[str, Any]], dlq: list[dict[str, Any]]) -> None:

@@ -32,11 +32,18 @@ def test_get_job_is_one_statement_for_every_table(app: ChokaQ) -> None:
     assert all("UNION ALL" in x for x in job_statements)
     h, d, a = found[hot], found[dead], found[done]
     assert found["no-such-job"] is None
-    assert h is not None and (h.location, h.status, h.payload, h.tags) == (Location.HOT, JobStatus.PENDING,
-                                                                           '{"a": 1}', "t1")
+    assert h is not None and (h.location, h.status, h.payload, h.tags) == (
+        Location.HOT,
+        JobStatus.PENDING,
+        '{"a": 1}',
+        "t1",
+    )
     assert h.failure_reason is None and h.error_details is None
-    assert d is not None and (d.location, d.failure_reason, d.error_details) == (Location.DLQ,
-                                                                                 FailureReason.FATAL_ERROR, "boom")
+    assert d is not None and (d.location, d.failure_reason, d.error_details) == (
+        Location.DLQ,
+        FailureReason.FATAL_ERROR,
+        "boom",
+    )
     assert d.status is None and d.failed_at_utc is not None
     assert a is not None and a.location is Location.ARCHIVE and a.finished_at_utc is not None
 

@@ -38,8 +38,14 @@ def run(url: str, *args: str) -> Any:
 
 # ---------------------------------------------------------------- one public job shape
 def test_the_api_and_the_cli_print_the_same_job(app: ChokaQ, client: TestClient, db_url: str) -> None:
-    hot = enqueue(app.storage, type="email_v1", payload='{"to": "a@b", "n": [1, 2.5, null]}', tags="x",
-                  idempotency_key="k-1", created_by="me")
+    hot = enqueue(
+        app.storage,
+        type="email_v1",
+        payload='{"to": "a@b", "n": [1, 2.5, null]}',
+        tags="x",
+        idempotency_key="k-1",
+        created_by="me",
+    )
     (dead,) = make_dead(app.storage, 1, queue="m", details="boom\nline 2")
     (done,) = make_archived(app.storage, 1)
     for job_id in (hot, dead, done):
@@ -73,8 +79,12 @@ def test_the_zombie_timeout_floor_is_one_rule_for_settings_and_the_api(app: Chok
     r = client.patch("/api/queues/default", headers=OPS, json={"zombie_timeout_seconds": int(floor) - 1})
     assert r.status_code == 422 and r.json()["error"] == "invalid"
     assert f">= {floor:g}s" in r.json()["detail"] and "HeartbeatIntervalMax" in r.json()["detail"]
-    assert client.patch("/api/queues/default", headers=OPS,
-                        json={"zombie_timeout_seconds": int(floor), "create": True}).status_code == 200
+    assert (
+        client.patch(
+            "/api/queues/default", headers=OPS, json={"zombie_timeout_seconds": int(floor), "create": True}
+        ).status_code
+        == 200
+    )
     # ... and so do the settings, with the same words.
     with pytest.raises(ConfigurationError, match=rf"Queues\.q\.ZombieTimeoutSeconds .* >= {floor:g}s"):
         load_settings(queues={"q": {"zombie_timeout_seconds": int(floor) - 1}})
@@ -123,6 +133,7 @@ def test_two_apps_in_one_process_do_not_share_events(db_url: str) -> None:
             theirs = two.get("/api/events/recent", headers=VIEWER, params={"after": t0}).json()["events"]
         assert [(e["kind"], e["id"], e["actor"]) for e in mine] == [("job.resurrected", dead, "ops@example.com")]
         assert theirs == []
+
         # A worker's outcomes go to its own app's bus only.
         @first.job("noop_v1", queue="w")
         def noop(payload: object) -> None:
@@ -151,21 +162,29 @@ def test_every_operator_action_announces_a_typed_event_naming_its_actor(app: Cho
     ops.purge_archive(who, datetime.now(UTC).replace(tzinfo=None) + timedelta(days=1))
     ops.change_queue(who, "default", {"paused": True})
     seen = [(e.kind, e.data["actor"]) for e in app.bus.recent]
-    assert [k for k, _ in seen] == ["job.updated", "job.failed", "job.updated", "job.resurrected", "job.failed",
-                                    "job.purged", "job.purged", "queue.changed"]
+    assert [k for k, _ in seen] == [
+        "job.updated",
+        "job.failed",
+        "job.updated",
+        "job.resurrected",
+        "job.failed",
+        "job.purged",
+        "job.purged",
+        "queue.changed",
+    ]
     assert {a for _, a in seen} == {who.name} and {k for k, _ in seen} <= set(EVENT_KINDS)
     # The audit names the same actor for every change the service made.
     rows, _ = ops.store.list_audit(actor=who.name, page=1, page_size=100)
-    assert {r["action"] for r in rows} >= {"job.cancel", "dlq.resurrect", "dlq.purge", "archive.purge",
-                                           "queue.update"}
+    assert {r["action"] for r in rows} >= {"job.cancel", "dlq.resurrect", "dlq.purge", "archive.purge", "queue.update"}
 
 
 def test_the_cli_announces_nothing_and_still_audits(app: ChokaQ, db_url: str) -> None:
     # The CLI's process serves no event stream: its service publishes nothing (the Deck learns of
     # the change from the database), while the audit records the actor as the API's does.
     (dead,) = make_dead(app.storage, 1)
-    r = CliRunner().invoke(cli, ["--db", db_url, "dlq", "resurrect", dead, "--yes", "--actor", "cli:alice"],
-                           catch_exceptions=False)
+    r = CliRunner().invoke(
+        cli, ["--db", db_url, "dlq", "resurrect", dead, "--yes", "--actor", "cli:alice"], catch_exceptions=False
+    )
     assert r.exit_code == 0, r.output
     assert list(app.bus.recent) == []
     rows, _ = Operations(app).store.list_audit(job_id=dead, page=1, page_size=10)

@@ -71,14 +71,23 @@ def test_api_payload_and_payload_text_are_refused_alike(app: ChokaQ, client: Tes
     r = client.post("/api/jobs", headers=ADMIN, json={"type": "t", "payload": json.loads(nested(300))})
     assert r.status_code == 422 and "nested" in r.text
     # NaN as `payload` (Python's json accepts it in the body) is refused the same way.
-    r = client.post("/api/jobs", headers={**ADMIN, "Content-Type": "application/json"},
-                    content=b'{"type": "t", "payload": {"x": NaN}}')
+    r = client.post(
+        "/api/jobs",
+        headers={**ADMIN, "Content-Type": "application/json"},
+        content=b'{"type": "t", "payload": {"x": NaN}}',
+    )
     assert r.status_code == 422, r.text
-    r = client.patch(f"/api/jobs/{job}", headers={**ADMIN, "Content-Type": "application/json"},
-                     content=json.dumps({"payload_text": nested(100_000)}).encode())
+    r = client.patch(
+        f"/api/jobs/{job}",
+        headers={**ADMIN, "Content-Type": "application/json"},
+        content=json.dumps({"payload_text": nested(100_000)}).encode(),
+    )
     assert r.status_code == 422
-    r = client.patch(f"/api/jobs/{job}", headers={**ADMIN, "Content-Type": "application/json"},
-                     content=b'{"payload_text": "\\udfff"}')
+    r = client.patch(
+        f"/api/jobs/{job}",
+        headers={**ADMIN, "Content-Type": "application/json"},
+        content=b'{"payload_text": "\\udfff"}',
+    )
     assert r.status_code == 422, r.text
     # Nothing was stored; the list still answers.
     assert client.get(f"/api/jobs/{job}", headers=VIEWER).json()["payload"] == {"ok": 1}

@@ -50,8 +50,21 @@ ROUTES: list[tuple[str, str, str, Any, str, int]] = [
     ("events_recent", "GET", "/api/events/recent", None, "viewer", 200),
     ("events_stream", "GET", "/api/events?max_events=1", None, "viewer", 200),
 ]
-MUTATING = {"queue_patch", "enqueue", "job_edit", "job_edit_force", "cancel", "dlq_edit", "dlq_edit_force",
-            "resurrect", "resurrect_edit", "resurrect_force", "resurrect_bulk", "purge", "archive_purge"}
+MUTATING = {
+    "queue_patch",
+    "enqueue",
+    "job_edit",
+    "job_edit_force",
+    "cancel",
+    "dlq_edit",
+    "dlq_edit_force",
+    "resurrect",
+    "resurrect_edit",
+    "resurrect_force",
+    "resurrect_bulk",
+    "purge",
+    "archive_purge",
+}
 
 
 @pytest.fixture
@@ -75,15 +88,25 @@ def _fill(value: Any, ids: dict[str, str]) -> Any:
 
 def _snapshot(app: ChokaQ, ids: dict[str, str]) -> Any:
     s = app.storage
-    return ([JobOut.from_record(s.get_job(i)).model_dump() for i in ids.values()],  # type: ignore[arg-type]
-            [(q.name, q.is_paused) for q in s.list_queues()],
-            [(x.queue, x.pending, x.dlq_size) for x in s.queue_stats()])
+    return (
+        [JobOut.from_record(s.get_job(i)).model_dump() for i in ids.values()],  # type: ignore[arg-type]
+        [(q.name, q.is_paused) for q in s.list_queues()],
+        [(x.queue, x.pending, x.dlq_size) for x in s.queue_stats()],
+    )
 
 
 @pytest.mark.parametrize("role", ROLES)
 @pytest.mark.parametrize(("name", "method", "path", "body", "least", "ok"), ROUTES, ids=[r[0] for r in ROUTES])
-def test_role_matrix(env: tuple[ChokaQ, TestClient, dict[str, str]], role: str, name: str, method: str,
-                     path: str, body: Any, least: str, ok: int) -> None:
+def test_role_matrix(
+    env: tuple[ChokaQ, TestClient, dict[str, str]],
+    role: str,
+    name: str,
+    method: str,
+    path: str,
+    body: Any,
+    least: str,
+    ok: int,
+) -> None:
     app, client, ids = env
     before = _snapshot(app, ids)
     r = client.request(method, _fill(path, ids), headers=HEADERS[role], json=_fill(body, ids))
@@ -129,11 +152,15 @@ def test_app_service_principal_roles(sqlite_url: str, monkeypatch: pytest.Monkey
     monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "True")  # what App Service sets with Authentication on
     app = make_app(sqlite_url, admin={"trust_app_service_auth": True})
     with TestClient(create_api(app)) as client:
+
         def meta(header: str, **h: str) -> Any:
             return client.get("/api/meta", headers={"X-MS-CLIENT-PRINCIPAL": header, **h})
 
-        claims = [{"typ": "preferred_username", "val": "ana@contoso.com"},
-                  {"typ": "roles", "val": "chokaq.viewer"}, {"typ": "roles", "val": "Chokaq.Operator"}]
+        claims = [
+            {"typ": "preferred_username", "val": "ana@contoso.com"},
+            {"typ": "roles", "val": "chokaq.viewer"},
+            {"typ": "roles", "val": "Chokaq.Operator"},
+        ]
         r = meta(_principal(claims))
         assert r.status_code == 200 and (r.json()["actor"], r.json()["role"]) == ("ana@contoso.com", "operator")
         # Highest role wins; the configured role claim type counts too.
@@ -147,13 +174,17 @@ def test_app_service_principal_roles(sqlite_url: str, monkeypatch: pytest.Monkey
         assert r.status_code == 403 and "no chokaq role" in r.json()["detail"]
         assert meta("not base64!").status_code == 401
         # Viewer through App Service cannot mutate.
-        r = client.patch("/api/queues/q", json={"paused": True},
-                         headers={"X-MS-CLIENT-PRINCIPAL": _principal(claims[:2])})
+        r = client.patch(
+            "/api/queues/q", json={"paused": True}, headers={"X-MS-CLIENT-PRINCIPAL": _principal(claims[:2])}
+        )
         assert r.status_code == 403
         # The audit records the App Service name.
         # (A browser's own request: the sign-in is a cookie, so the same-origin check applies.)
-        r = client.patch("/api/queues/q", json={"paused": True, "create": True},
-                         headers={"X-MS-CLIENT-PRINCIPAL": _principal(claims), "Sec-Fetch-Site": "same-origin"})
+        r = client.patch(
+            "/api/queues/q",
+            json={"paused": True, "create": True},
+            headers={"X-MS-CLIENT-PRINCIPAL": _principal(claims), "Sec-Fetch-Site": "same-origin"},
+        )
         assert r.status_code == 200, r.text
         assert client.get("/api/audit", headers=HEADERS["admin"]).json()["items"][0]["actor"] == "ana@contoso.com"
     app.close()

@@ -25,16 +25,18 @@ def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Complete
     return subprocess.run([*CLI, *args], env={**full, **env}, cwd=cwd, capture_output=True, text=True, timeout=30)
 
 
-@pytest.mark.parametrize("tokens", [
-    f'{{"{SECRET}": "not an object"}}',
-    f'{{"{SECRET}": {{"name": "a", "role": "boss"}}',  # not JSON at all
-    f'{{"{SECRET}": {{"name": 5, "role": "admin"}}}}',
-    f'{{"{SECRET}": {{"role": "admin"}}}}',
-])
+@pytest.mark.parametrize(
+    "tokens",
+    [
+        f'{{"{SECRET}": "not an object"}}',
+        f'{{"{SECRET}": {{"name": "a", "role": "boss"}}',  # not JSON at all
+        f'{{"{SECRET}": {{"name": 5, "role": "admin"}}}}',
+        f'{{"{SECRET}": {{"role": "admin"}}}}',
+    ],
+)
 def test_a_malformed_token_setting_never_prints_the_token(tmp_path: Path, tokens: str) -> None:
     for args in (["serve", "--port", "7999"], ["health"]):
-        r = _run(args, {"CHOKAQ_ADMIN__TOKENS": tokens, "CHOKAQ_STORAGE_URL": f"sqlite:///{tmp_path}/x.db"},
-                 tmp_path)
+        r = _run(args, {"CHOKAQ_ADMIN__TOKENS": tokens, "CHOKAQ_STORAGE_URL": f"sqlite:///{tmp_path}/x.db"}, tmp_path)
         if args[0] == "health" and r.returncode == 0:
             continue  # health does not read the tokens when they are well-formed JSON
         assert r.returncode == 2, (args, r.stdout, r.stderr)
@@ -42,11 +44,14 @@ def test_a_malformed_token_setting_never_prints_the_token(tmp_path: Path, tokens
         assert r.stderr.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize(("url", "commands"), [
-    (f"postgresql://ops:{PASSWORD}@127.0.0.1:notaport/chokaq", ("health", "db")),
-    (f"postgres ql://ops:{PASSWORD}@db.example/chokaq", ("health", "serve")),  # refused when the app is built
-    (f"mssql+pyodbc://ops:{PASSWORD}@srv/db?driver=Nope&odbc_connect=PWD%3D{PASSWORD}", ("health",)),
-])
+@pytest.mark.parametrize(
+    ("url", "commands"),
+    [
+        (f"postgresql://ops:{PASSWORD}@127.0.0.1:notaport/chokaq", ("health", "db")),
+        (f"postgres ql://ops:{PASSWORD}@db.example/chokaq", ("health", "serve")),  # refused when the app is built
+        (f"mssql+pyodbc://ops:{PASSWORD}@srv/db?driver=Nope&odbc_connect=PWD%3D{PASSWORD}", ("health",)),
+    ],
+)
 def test_a_malformed_storage_url_never_prints_its_password(tmp_path: Path, url: str, commands: tuple[str]) -> None:
     argv = {"health": ["health"], "db": ["db", "upgrade"], "serve": ["serve", "--port", "7999"]}
     for args in (argv[c] for c in commands):
@@ -71,8 +76,13 @@ MALFORMED_PRINCIPALS = {
     "nested 5000": base64.b64encode(("[" * 5000 + "]" * 5000).encode()).decode(),
     "claims 5": _b64({"claims": 5}),
     "true": _b64(True),
-    "list role_typ": _b64({"role_typ": ["roles"], "name_typ": "n",
-                           "claims": [{"typ": "n", "val": "x"}, {"typ": "roles", "val": "chokaq.admin"}]}),
+    "list role_typ": _b64(
+        {
+            "role_typ": ["roles"],
+            "name_typ": "n",
+            "claims": [{"typ": "n", "val": "x"}, {"typ": "roles", "val": "chokaq.admin"}],
+        }
+    ),
     "list typ": _b64({"name_typ": "n", "claims": [{"typ": ["n"], "val": "x"}, {"typ": {"a": 1}, "val": "y"}]}),
     "dict val": _b64({"name_typ": "n", "claims": [{"typ": "n", "val": {"x": 1}}]}),
     "not base64": "%%%",
@@ -81,8 +91,9 @@ MALFORMED_PRINCIPALS = {
 
 
 @pytest.mark.parametrize("header", MALFORMED_PRINCIPALS.values(), ids=MALFORMED_PRINCIPALS.keys())
-def test_a_malformed_app_service_principal_is_401(sqlite_url: str, monkeypatch: pytest.MonkeyPatch,
-                                                  header: str) -> None:
+def test_a_malformed_app_service_principal_is_401(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, header: str
+) -> None:
     monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "True")
     app = make_app(sqlite_url, admin={"trust_app_service_auth": True})
     with TestClient(create_api(app), raise_server_exceptions=False) as client:

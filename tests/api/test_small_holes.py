@@ -15,24 +15,31 @@ from tests.api.helpers import HEADERS, enqueue, make_app, make_dead
 OPS, ADMIN = HEADERS["operator"], HEADERS["admin"]
 
 
-@pytest.mark.parametrize(("path_kind", "body"), [
-    ("queue", {"max_workers": "36"}),
-    ("queue", {"max_workers": True}),
-    ("queue", {"zombie_timeout_seconds": "120"}),
-    ("queue", {"paused": "yes"}),
-    ("queue", {"paused": 1}),
-    ("job", {"priority": "5"}),
-    ("job", {"priority": True}),
-    ("job", {"force": "true", "payload": {}}),
-    ("enqueue", {"type": "t", "delay_seconds": True}),
-    ("enqueue", {"type": "t", "priority": 7.0}),
-    ("bulk", {"ids": ["x"], "dry_run": "true"}),
-    ("bulk", {"filter": {"failure_reason": True}, "dry_run": True}),
-])
+@pytest.mark.parametrize(
+    ("path_kind", "body"),
+    [
+        ("queue", {"max_workers": "36"}),
+        ("queue", {"max_workers": True}),
+        ("queue", {"zombie_timeout_seconds": "120"}),
+        ("queue", {"paused": "yes"}),
+        ("queue", {"paused": 1}),
+        ("job", {"priority": "5"}),
+        ("job", {"priority": True}),
+        ("job", {"force": "true", "payload": {}}),
+        ("enqueue", {"type": "t", "delay_seconds": True}),
+        ("enqueue", {"type": "t", "priority": 7.0}),
+        ("bulk", {"ids": ["x"], "dry_run": "true"}),
+        ("bulk", {"filter": {"failure_reason": True}, "dry_run": True}),
+    ],
+)
 def test_request_types_are_strict(app: ChokaQ, client: TestClient, path_kind: str, body: dict[str, object]) -> None:
     job = enqueue(app.storage, queue="strict")
-    method, path = {"queue": ("PATCH", "/api/queues/strict"), "job": ("PATCH", f"/api/jobs/{job}"),
-                    "enqueue": ("POST", "/api/jobs"), "bulk": ("POST", "/api/dlq/purge")}[path_kind]
+    method, path = {
+        "queue": ("PATCH", "/api/queues/strict"),
+        "job": ("PATCH", f"/api/jobs/{job}"),
+        "enqueue": ("POST", "/api/jobs"),
+        "bulk": ("POST", "/api/dlq/purge"),
+    }[path_kind]
     r = client.request(method, path, headers=ADMIN, json=body)
     assert r.status_code == 422, (body, r.text)
     q = next(q for q in client.get("/api/queues", headers=ADMIN).json()["items"] if q["name"] == "strict")
@@ -60,8 +67,9 @@ def test_short_tokens_are_refused_at_start(sqlite_url: str) -> None:
     app.close()
 
 
-def test_trust_mode_needs_app_service_or_a_loud_override(sqlite_url: str, monkeypatch: pytest.MonkeyPatch,
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_trust_mode_needs_app_service_or_a_loud_override(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.delenv("WEBSITE_AUTH_ENABLED", raising=False)
     app = make_app(sqlite_url, admin={"trust_app_service_auth": True})
     with pytest.raises(ConfigurationError, match="WEBSITE_AUTH_ENABLED"):

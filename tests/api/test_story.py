@@ -46,10 +46,14 @@ def test_edit_and_resurrect_story(story_app: tuple[ChokaQ, list[Any]]) -> None:
     storage = app.storage
     # The producer bypassed validation: "body" is missing (the seed's missing-comma JSON would not
     # even be stored; this is the malformed payload that JSON accepts).
-    job_id, _ = storage.enqueue(EnqueueRequest(
-        type="email_v1", queue="notifications", payload='{"to": "user@example.com", "subject": "Welcome!"}',
-        created_by="signup-service",
-    ))
+    job_id, _ = storage.enqueue(
+        EnqueueRequest(
+            type="email_v1",
+            queue="notifications",
+            payload='{"to": "user@example.com", "subject": "Welcome!"}',
+            created_by="signup-service",
+        )
+    )
 
     def where() -> Location | None:
         rec = storage.get_job(job_id)
@@ -74,8 +78,9 @@ def test_edit_and_resurrect_story(story_app: tuple[ChokaQ, list[Any]]) -> None:
         assert dead["worker_id"] and dead["failed_at_utc"] and dead["created_by"] == "signup-service"
 
         # 2. A fix that is still wrong: 422 with field errors, nothing stored.
-        r = client.patch(f"/api/dlq/{job_id}", headers=ops,
-                         json={"payload": {"to": "not-an-address", "subject": "Welcome!"}})
+        r = client.patch(
+            f"/api/dlq/{job_id}", headers=ops, json={"payload": {"to": "not-an-address", "subject": "Welcome!"}}
+        )
         assert r.status_code == 422, r.text
         err = r.json()
         assert err["error"] == "payload_invalid"
@@ -83,8 +88,11 @@ def test_edit_and_resurrect_story(story_app: tuple[ChokaQ, list[Any]]) -> None:
         assert ("body", "payload", "body") in locs and ("body", "payload", "to") in locs
         assert all(e["msg"] for e in err["detail"])
         # The seed's missing comma, typed into the editor as text.
-        r = client.patch(f"/api/dlq/{job_id}", headers=ops, json={
-            "payload_text": '{"to": "user@example.com", "subject": "Welcome!" "body": "Hello, World!"}'})
+        r = client.patch(
+            f"/api/dlq/{job_id}",
+            headers=ops,
+            json={"payload_text": '{"to": "user@example.com", "subject": "Welcome!" "body": "Hello, World!"}'},
+        )
         assert r.status_code == 422
         assert r.json()["detail"][0]["loc"] == ["body", "payload_text"]
         assert "not valid JSON" in r.json()["detail"][0]["msg"]
@@ -100,8 +108,11 @@ def test_edit_and_resurrect_story(story_app: tuple[ChokaQ, list[Any]]) -> None:
 
         # 4. Edit + resurrect in one move.
         fixed = {"to": "user@example.com", "subject": "Welcome!", "body": "Hello, World!"}
-        r = client.post(f"/api/dlq/{job_id}/resurrect", headers=ops,
-                        json={"payload": fixed, "tags": "reviewed,fixed-payload", "priority": 30})
+        r = client.post(
+            f"/api/dlq/{job_id}/resurrect",
+            headers=ops,
+            json={"payload": fixed, "tags": "reviewed,fixed-payload", "priority": 30},
+        )
         assert r.status_code == 200, r.text
         hot = r.json()
         assert hot["location"] == "hot" and hot["status"] == "Pending"

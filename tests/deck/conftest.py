@@ -179,8 +179,12 @@ def page(browser: Any) -> Iterator[Any]:
     # The API's Content-Security-Policy must leave the Deck fully working: Chromium reports every
     # blocked script, style, image or connection as a console error naming the policy.
     violations: list[str] = []
-    pg.on("console", lambda msg: violations.append(msg.text)
-          if msg.type == "error" and "Content Security Policy" in msg.text else None)
+    pg.on(
+        "console",
+        lambda msg: (
+            violations.append(msg.text) if msg.type == "error" and "Content Security Policy" in msg.text else None
+        ),
+    )
     try:
         yield pg
     finally:

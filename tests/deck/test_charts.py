@@ -35,16 +35,35 @@ def _parse(s: str) -> datetime:
 def seed_history(deck: DeckEnv, at: datetime) -> None:
     """7 jobs succeeded and 3 dead-lettered (2 Zombie, 1 MaxRetriesExceeded) at ``at``, 2 more
     succeeded ten minutes earlier."""
+
     def job(i: int, when: datetime, wait_ms: int) -> dict[str, Any]:
-        return {"Id": f"CH{i:024d}", "Queue": "default", "Type": "noop_v1", "Payload": "{}", "AttemptCount": 1,
-                "CreatedAtUtc": when - timedelta(milliseconds=wait_ms + 30),
-                "StartedAtUtc": when - timedelta(milliseconds=30), "FinishedAtUtc": when, "DurationMs": 30}
+        return {
+            "Id": f"CH{i:024d}",
+            "Queue": "default",
+            "Type": "noop_v1",
+            "Payload": "{}",
+            "AttemptCount": 1,
+            "CreatedAtUtc": when - timedelta(milliseconds=wait_ms + 30),
+            "StartedAtUtc": when - timedelta(milliseconds=30),
+            "FinishedAtUtc": when,
+            "DurationMs": 30,
+        }
 
     archive = [job(i, at, 120) for i in range(7)] + [job(10 + i, at - timedelta(minutes=10), 4000) for i in range(2)]
     reasons = [FailureReason.ZOMBIE, FailureReason.ZOMBIE, FailureReason.MAX_RETRIES_EXCEEDED]
-    dlq = [{"Id": f"CD{i:024d}", "Queue": "default", "Type": "noop_v1", "Payload": "{}", "AttemptCount": 1,
-            "FailureReason": int(r), "CreatedAtUtc": at - timedelta(seconds=1), "FailedAtUtc": at}
-           for i, r in enumerate(reasons)]
+    dlq = [
+        {
+            "Id": f"CD{i:024d}",
+            "Queue": "default",
+            "Type": "noop_v1",
+            "Payload": "{}",
+            "AttemptCount": 1,
+            "FailureReason": int(r),
+            "CreatedAtUtc": at - timedelta(seconds=1),
+            "FailedAtUtc": at,
+        }
+        for i, r in enumerate(reasons)
+    ]
     with deck.app.storage.engine.begin() as c:
         c.execute(insert(jobs_archive), archive)
         c.execute(insert(jobs_dlq), dlq)

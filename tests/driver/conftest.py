@@ -16,6 +16,7 @@ MSSQL_URL = "mssql+pyodbc://app:secret@sql.example/chokaq?driver=ODBC+Driver+18+
 @pytest.fixture
 def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     import pyodbc  # a test dependency; needs libodbc (unixodbc), which .ci/run installs
+
     rec = Recorder()
     # The dialect calls pyodbc.connect(connection_string, **attrs): everything below it is ours.
     monkeypatch.setattr(pyodbc, "connect", rec.connect)

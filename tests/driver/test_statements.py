@@ -260,8 +260,11 @@ def test_every_statement_at_the_largest_batch_stays_under_2100_parameters(record
         s.enqueue_many([EnqueueRequest(type="t", tags="x") for _ in range(5_000)])
         # Bulk operator actions at limits.MAX_BULK_IDS.
         recorder.answer(r"^SELECT chokaq\.\[JobsDLQ\]\.\[Id\]", [(i,) for i in ids], ["Id"], once=False)
-        recorder.answer(r"^DELETE FROM chokaq\.\[JobsDLQ\] OUTPUT deleted\.\[Id\], deleted\.\[Queue\]",
-                        [row(DLQ, i) for i in ids], columns(DLQ))
+        recorder.answer(
+            r"^DELETE FROM chokaq\.\[JobsDLQ\] OUTPUT deleted\.\[Id\], deleted\.\[Queue\]",
+            [row(DLQ, i) for i in ids],
+            columns(DLQ),
+        )
         admin.resurrect_many(me, ids=ids)
         admin.purge_dlq(me, ids=ids)
         admin.cancel(ids, me)
@@ -280,8 +283,6 @@ def test_every_statement_at_the_largest_batch_stays_under_2100_parameters(record
             assert call.param_count <= 2100, (call.param_count, call.sql[:200])
     finally:
         s.close()
-
-
 
 
 @pytest.mark.parametrize("op", ["fetch", "heartbeat"])

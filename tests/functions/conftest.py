@@ -48,9 +48,11 @@ class Azurite:
         # Azurite's well-known development account; the key ships with the SDK (public, not a secret).
         from azure.storage.queue._shared.parser import DEVSTORE_ACCOUNT_KEY, DEVSTORE_ACCOUNT_NAME
 
-        return (f"DefaultEndpointsProtocol=http;AccountName={DEVSTORE_ACCOUNT_NAME};"
-                f"AccountKey={DEVSTORE_ACCOUNT_KEY};"
-                f"QueueEndpoint=http://127.0.0.1:{self.port}/{DEVSTORE_ACCOUNT_NAME};")
+        return (
+            f"DefaultEndpointsProtocol=http;AccountName={DEVSTORE_ACCOUNT_NAME};"
+            f"AccountKey={DEVSTORE_ACCOUNT_KEY};"
+            f"QueueEndpoint=http://127.0.0.1:{self.port}/{DEVSTORE_ACCOUNT_NAME};"
+        )
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -65,8 +67,10 @@ class Azurite:
 def start_azurite(workdir: Path) -> Azurite:
     exe = azurite_executable()
     if exe is None:
-        reason = ("Azurite is not installed (npm install --prefix .ci/node azurite@3.35.0, or set "
-                  "CHOKAQ_AZURITE); .ci/run installs it")
+        reason = (
+            "Azurite is not installed (npm install --prefix .ci/node azurite@3.35.0, or set "
+            "CHOKAQ_AZURITE); .ci/run installs it"
+        )
         if os.environ.get("CHOKAQ_REQUIRE_AZURITE"):
             pytest.fail(reason + " and CHOKAQ_REQUIRE_AZURITE is set")
         pytest.skip(reason)
@@ -74,9 +78,21 @@ def start_azurite(workdir: Path) -> Azurite:
     port = _free_port()
     log = (workdir / "azurite.log").open("wb")
     proc = subprocess.Popen(
-        [exe, "--queueHost", "127.0.0.1", "--queuePort", str(port), "--inMemoryPersistence",
-         "--disableTelemetry", "--skipApiVersionCheck", "--silent"],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir,
+        [
+            exe,
+            "--queueHost",
+            "127.0.0.1",
+            "--queuePort",
+            str(port),
+            "--inMemoryPersistence",
+            "--disableTelemetry",
+            "--skipApiVersionCheck",
+            "--silent",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        cwd=workdir,
     )
     deadline = time.monotonic() + 60
     while True:

@@ -18,8 +18,9 @@ def main(case: str) -> None:
         # What the worker does before indexing; the distro reads the same connection string.
         from azure.monitor.opentelemetry import configure_azure_monitor
 
-        configure_azure_monitor(connection_string=os.environ["APPLICATIONINSIGHTS_CONNECTION_STRING"],
-                                disable_offline_storage=True)
+        configure_azure_monitor(
+            connection_string=os.environ["APPLICATIONINSIGHTS_CONNECTION_STRING"], disable_offline_storage=True
+        )
 
     from azure.functions.timer import TimerRequest
 

@@ -29,8 +29,14 @@ def functions_of(fa: Any) -> dict[str, Any]:
 
 
 def get(path: str) -> func.HttpRequest:
-    return func.HttpRequest(method="GET", url=f"http://localhost:7071{path}", headers={}, params={},
-                            route_params={"route": path.lstrip("/")}, body=b"")
+    return func.HttpRequest(
+        method="GET",
+        url=f"http://localhost:7071{path}",
+        headers={},
+        params={},
+        route_params={"route": path.lstrip("/")},
+        body=b"",
+    )
 
 
 async def call(handler: Any, req: func.HttpRequest) -> func.HttpResponse:

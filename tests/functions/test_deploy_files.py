@@ -19,12 +19,23 @@ from functions.drain import DEFAULT_DRAIN_SECONDS, MARGIN_SECONDS, function_time
 ROOT = Path(__file__).resolve().parents[2]
 # Settings the Functions host, its Python worker or Azure Monitor read themselves.
 AZURE_SETTINGS = {
-    "FUNCTIONS_WORKER_RUNTIME", "FUNCTIONS_EXTENSION_VERSION", "AzureWebJobsStorage", "AzureWebJobsFeatureFlags",
-    "AzureWebJobsSecretStorageType", "APPLICATIONINSIGHTS_CONNECTION_STRING", "PYTHON_ENABLE_OPENTELEMETRY",
-    "PYTHON_ENABLE_WORKER_EXTENSIONS", "WEBSITE_TIME_ZONE", "OTEL_SERVICE_NAME",
-    "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY", "AzureFunctionsJobHost__functionTimeout",
+    "FUNCTIONS_WORKER_RUNTIME",
+    "FUNCTIONS_EXTENSION_VERSION",
+    "AzureWebJobsStorage",
+    "AzureWebJobsFeatureFlags",
+    "AzureWebJobsSecretStorageType",
+    "APPLICATIONINSIGHTS_CONNECTION_STRING",
+    "PYTHON_ENABLE_OPENTELEMETRY",
+    "PYTHON_ENABLE_WORKER_EXTENSIONS",
+    "WEBSITE_TIME_ZONE",
+    "OTEL_SERVICE_NAME",
+    "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY",
+    "AzureFunctionsJobHost__functionTimeout",
     # The doorbell's connection (functions/doorbell.py), read by the wake trigger and the producer.
-    "ChokaqDoorbell", "ChokaqDoorbell__queueServiceUri", "ChokaqDoorbell__credential", "ChokaqDoorbell__clientId",
+    "ChokaqDoorbell",
+    "ChokaqDoorbell__queueServiceUri",
+    "ChokaqDoorbell__credential",
+    "ChokaqDoorbell__clientId",
 }
 DISABLED_FLAG = re.compile(r"^AzureWebJobs\.[A-Za-z_]\w*\.Disabled$")
 NCRONTAB6 = re.compile(r"^\S+ \S+ \S+ \S+ \S+ \S+$")
@@ -70,8 +81,12 @@ def test_every_binding_setting_is_defined_and_schedules_are_ncrontab() -> None:
     for f in fa.get_functions():
         referenced |= set(re.findall(r"%(\w+)%", f.get_function_json()))
         connections |= {b["connection"] for b in json.loads(f.get_function_json())["bindings"] if "connection" in b}
-    assert referenced == {"CHOKAQ_SWEEP_SCHEDULE", "CHOKAQ_RETENTION_SCHEDULE", "CHOKAQ_DRAIN_SCHEDULE",
-                          "CHOKAQ_FUNCTIONS__DOORBELL_QUEUE"}
+    assert referenced == {
+        "CHOKAQ_SWEEP_SCHEDULE",
+        "CHOKAQ_RETENTION_SCHEDULE",
+        "CHOKAQ_DRAIN_SCHEDULE",
+        "CHOKAQ_FUNCTIONS__DOORBELL_QUEUE",
+    }
     for name in referenced - {"CHOKAQ_FUNCTIONS__DOORBELL_QUEUE"}:
         assert NCRONTAB6.match(values[name]), (name, values[name])
     # The wake trigger's connection is defined (Azurite locally) under the name the producer reads too.
@@ -158,10 +173,17 @@ def _ignored(path: str, patterns: list[str]) -> bool:
 
 
 def test_funcignore_ships_the_package_not_the_tests() -> None:
-    patterns = [ln.strip() for ln in (ROOT / ".funcignore").read_text().splitlines()
-                if ln.strip() and not ln.startswith("#")]
-    for kept in ("chokaq/api/app.py", "chokaq/storage/store.py", "functions/drain.py", "function_app.py",
-                 "host.json", "requirements.txt"):
+    patterns = [
+        ln.strip() for ln in (ROOT / ".funcignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")
+    ]
+    for kept in (
+        "chokaq/api/app.py",
+        "chokaq/storage/store.py",
+        "functions/drain.py",
+        "function_app.py",
+        "host.json",
+        "requirements.txt",
+    ):
         assert not _ignored(kept, patterns), kept
     for dropped in ("tests/conftest.py", ".venv/bin/python", "local.settings.json", ".git/HEAD", "chokaq.db"):
         assert _ignored(dropped, patterns), dropped

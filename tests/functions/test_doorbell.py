@@ -33,8 +33,10 @@ from tests.conftest import metric_total
 
 from .conftest import Azurite
 
-FAST = {"execution": {"heartbeat_interval_min": 0.05, "heartbeat_interval_max": 0.1, "shutdown_grace": 0.3},
-        "recovery": {"processing_zombie_timeout": 0.35, "fetched_job_timeout": 0.35}}
+FAST = {
+    "execution": {"heartbeat_interval_min": 0.05, "heartbeat_interval_max": 0.1, "shutdown_grace": 0.3},
+    "recovery": {"processing_zombie_timeout": 0.35, "fetched_job_timeout": 0.35},
+}
 ENV = {"CHOKAQ_DRAIN_SCHEDULE": "0 */5 * * * *", "CHOKAQ_DRAIN_SECONDS": "20", "CHOKAQ_DRAIN_IDLE_SECONDS": "0.3"}
 
 
@@ -70,16 +72,20 @@ def fns(fa: Any) -> dict[str, Any]:
 
 def host_side_client(azurite: Azurite, queue_name: str) -> QueueClient:
     """What the Functions host does with the queue: base64 text messages, decoded for the function."""
-    client = QueueClient.from_connection_string(azurite.connection_string, queue_name,
-                                                message_decode_policy=TextBase64DecodePolicy())
+    client = QueueClient.from_connection_string(
+        azurite.connection_string, queue_name, message_decode_policy=TextBase64DecodePolicy()
+    )
     return client
 
 
 def as_trigger_input(body: str | bytes, *, id: str, dequeue_count: int, pop_receipt: str = "r") -> func.QueueMessage:
     """The func.QueueMessage the Python worker builds: through the library's own queue converter,
     from the payload and trigger metadata the host sends."""
-    metadata = {"Id": meta.Datum(id, "string"), "DequeueCount": meta.Datum(dequeue_count, "int"),
-                "PopReceipt": meta.Datum(pop_receipt, "string")}
+    metadata = {
+        "Id": meta.Datum(id, "string"),
+        "DequeueCount": meta.Datum(dequeue_count, "int"),
+        "PopReceipt": meta.Datum(pop_receipt, "string"),
+    }
     datum = meta.Datum(body, "bytes" if isinstance(body, bytes) else "string")
     message: func.QueueMessage = QueueMessageInConverter.decode(datum, trigger_metadata=metadata)
     return message
@@ -115,8 +121,9 @@ def bell_app(db_url: str, azurite: Azurite) -> Iterator[tuple[ChokaQ, Any, Queue
 
 def test_wake_is_registered_on_the_doorbell_queue(bell_app: tuple[ChokaQ, Any, QueueClient]) -> None:
     _, fa, _ = bell_app
-    (binding,) = next(json.loads(f.get_function_json())["bindings"] for f in fa.get_functions()
-                      if f.get_function_name() == "wake")
+    (binding,) = next(
+        json.loads(f.get_function_json())["bindings"] for f in fa.get_functions() if f.get_function_name() == "wake"
+    )
     assert binding["type"] == "queueTrigger" and binding["direction"] == "IN"
     assert binding["queueName"] == "%CHOKAQ_FUNCTIONS__DOORBELL_QUEUE%"
     assert binding["connection"] == "ChokaqDoorbell"
@@ -126,10 +133,14 @@ def test_enqueue_rings_and_wake_runs_the_job(bell_app: tuple[ChokaQ, Any, QueueC
     app, fa, client = bell_app
     f = fns(fa)
     # Enqueued through the admin API's HTTP function: the Functions app's own enqueues ring too.
-    req = func.HttpRequest(method="POST", url="http://localhost:7071/api/jobs",
-                           headers={"content-type": "application/json", **HEADERS["operator"]},
-                           params={}, route_params={"route": "api/jobs"},
-                           body=json.dumps({"type": "ok_v1", "payload": {"n": 1}}).encode())
+    req = func.HttpRequest(
+        method="POST",
+        url="http://localhost:7071/api/jobs",
+        headers={"content-type": "application/json", **HEADERS["operator"]},
+        params={},
+        route_params={"route": "api/jobs"},
+        body=json.dumps({"type": "ok_v1", "payload": {"n": 1}}).encode(),
+    )
     resp = asyncio.run(f["http_app_func"](req, None))
     assert resp.status_code == 201, resp.get_body()
     job_id = json.loads(resp.get_body())["id"]
@@ -195,12 +206,16 @@ def test_duplicated_and_garbage_rings_run_each_job_once(db_url: str) -> None:
             producer.enqueue("ok_v1", {"n": n}, queue="work")
         producer.close()
         body = json.dumps({"queue": "work", "at": time.time()}).encode()
-        msgs = [as_trigger_input(body, id="m1", dequeue_count=1), as_trigger_input(body, id="m1", dequeue_count=2),
-                as_trigger_input(b"\x00not json", id="m2", dequeue_count=5)]
+        msgs = [
+            as_trigger_input(body, id="m1", dequeue_count=1),
+            as_trigger_input(body, id="m1", dequeue_count=2),
+            as_trigger_input(b"\x00not json", id="m2", dequeue_count=5),
+        ]
 
         # Each "instance" runs on its own thread and loop, as separate hosts would.
-        threads = [threading.Thread(target=asyncio.run, args=(fns(fa)["wake"](m),))
-                   for fa, m in zip(fas, msgs, strict=True)]
+        threads = [
+            threading.Thread(target=asyncio.run, args=(fns(fa)["wake"](m),)) for fa, m in zip(fas, msgs, strict=True)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -239,8 +254,7 @@ def test_a_ring_during_a_running_slice_extends_it(bell_app: tuple[ChokaQ, Any, Q
     assert slices is not None and (slices.started, slices.poked) == (1, 1)
 
 
-def test_azurite_down_enqueue_succeeds_and_the_timer_drain_runs_the_job(db_url: str,
-                                                                        own_azurite: Azurite) -> None:
+def test_azurite_down_enqueue_succeeds_and_the_timer_drain_runs_the_job(db_url: str, own_azurite: Azurite) -> None:
     name = new_queue_name()
     app = doorbell_app(db_url, name)
     client = host_side_client(own_azurite, name)

@@ -22,8 +22,7 @@ from functions.api import auth_level
 from functions.drain import drain_budget, function_timeout
 from tests.api.helpers import HEADERS, enqueue, failed_total, make_app, make_archived, run_one
 
-DRAIN_ENV = {"CHOKAQ_DRAIN_SCHEDULE": "0 */5 * * * *", "CHOKAQ_DRAIN_SECONDS": "20",
-             "CHOKAQ_DRAIN_IDLE_SECONDS": "0.5"}
+DRAIN_ENV = {"CHOKAQ_DRAIN_SCHEDULE": "0 */5 * * * *", "CHOKAQ_DRAIN_SECONDS": "20", "CHOKAQ_DRAIN_IDLE_SECONDS": "0.5"}
 
 
 @pytest.fixture
@@ -54,12 +53,15 @@ def functions_of(fa: func.FunctionApp) -> dict[str, Any]:
     return {f.get_function_name(): f for f in fa.get_functions()}
 
 
-def http(method: str, path: str, *, headers: dict[str, str] | None = None, body: Any = None,
-         query: str = "") -> func.HttpRequest:
+def http(
+    method: str, path: str, *, headers: dict[str, str] | None = None, body: Any = None, query: str = ""
+) -> func.HttpRequest:
     return func.HttpRequest(
-        method=method, url=f"http://localhost:7071{path}{'?' + query if query else ''}",
+        method=method,
+        url=f"http://localhost:7071{path}{'?' + query if query else ''}",
         headers={"content-type": "application/json", **(headers or {})},
-        params={}, route_params={"route": path.lstrip("/")},
+        params={},
+        route_params={"route": path.lstrip("/")},
         body=json.dumps(body).encode() if body is not None else b"",
     )
 
@@ -86,8 +88,7 @@ def test_auth_level_setting() -> None:
     with pytest.raises(ValueError, match="CHOKAQ_FUNCTIONS_AUTH_LEVEL"):
         auth_level({"CHOKAQ_FUNCTIONS_AUTH_LEVEL": "public"})
     fa = build_function_app(ChokaQ(storage_url="sqlite://"), environ={"CHOKAQ_FUNCTIONS_AUTH_LEVEL": "ANONYMOUS"})
-    assert json.loads(functions_of(fa)["http_app_func"].get_function_json())["bindings"][0]["authLevel"] == \
-        "ANONYMOUS"
+    assert json.loads(functions_of(fa)["http_app_func"].get_function_json())["bindings"][0]["authLevel"] == "ANONYMOUS"
 
 
 def test_http_function_serves_the_admin_api(fapp: ChokaQ) -> None:
@@ -101,23 +102,23 @@ def test_http_function_serves_the_admin_api(fapp: ChokaQ) -> None:
         assert r.status_code == 200 and json.loads(r.get_body()) == {"status": "ok", "db": "ok"}
         r = await handler(http("GET", "/api/stats"), None)
         assert r.status_code == 401 and json.loads(r.get_body())["error"] == "unauthenticated"
-        r = await handler(http("POST", "/api/jobs", headers=HEADERS["operator"],
-                               body={"type": "ok_v1", "payload": {"n": 1}}), None)
+        r = await handler(
+            http("POST", "/api/jobs", headers=HEADERS["operator"], body={"type": "ok_v1", "payload": {"n": 1}}), None
+        )
         assert r.status_code == 201, r.get_body()
         job_id = json.loads(r.get_body())["id"]
         r = await handler(http("GET", "/api/jobs", headers=HEADERS["viewer"], query="queue=work"), None)
         assert [j["id"] for j in json.loads(r.get_body())["items"]] == [job_id]
-        r = await handler(http("POST", "/api/jobs/cancel", headers=HEADERS["viewer"], body={"ids": [job_id]}),
-                          None)
+        r = await handler(http("POST", "/api/jobs/cancel", headers=HEADERS["viewer"], body={"ids": [job_id]}), None)
         assert r.status_code == 403
-        r = await handler(http("POST", "/api/jobs/cancel", headers=HEADERS["operator"], body={"ids": [job_id]}),
-                          None)
+        r = await handler(http("POST", "/api/jobs/cancel", headers=HEADERS["operator"], body={"ids": [job_id]}), None)
         assert json.loads(r.get_body()) == {"cancelled": 1, "skipped_ids": []}
         r = await handler(http("POST", f"/api/dlq/{job_id}/resurrect", headers=HEADERS["operator"]), None)
         assert r.status_code == 200 and json.loads(r.get_body())["status"] == "Pending"
         # Buffered responses: the event stream answers with what it has plus one tick, then ends.
-        r = await asyncio.wait_for(handler(http("GET", "/api/events", headers=HEADERS["viewer"],
-                                                query=f"after={time.time() - 5}"), None), 10)
+        r = await asyncio.wait_for(
+            handler(http("GET", "/api/events", headers=HEADERS["viewer"], query=f"after={time.time() - 5}"), None), 10
+        )
         text = r.get_body().decode()
         assert r.status_code == 200 and "job.resurrected" in text and "stats.updated" in text
         dead = job_id

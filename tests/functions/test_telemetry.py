@@ -34,13 +34,21 @@ class Ingestion:
 
     def spans(self, name: str) -> list[dict[str, Any]]:
         with self.lock:
-            return [e for e in self.envelopes if e["name"].endswith(("RemoteDependency", "Request"))
-                    and e["data"]["baseData"].get("name") == name]
+            return [
+                e
+                for e in self.envelopes
+                if e["name"].endswith(("RemoteDependency", "Request")) and e["data"]["baseData"].get("name") == name
+            ]
 
     def metric_points(self, name: str) -> list[dict[str, Any]]:
         with self.lock:
-            return [m for e in self.envelopes if e["name"].endswith(".Metric")
-                    for m in e["data"]["baseData"].get("metrics", []) if m["name"] == name]
+            return [
+                m
+                for e in self.envelopes
+                if e["name"].endswith(".Metric")
+                for m in e["data"]["baseData"].get("metrics", [])
+                if m["name"] == name
+            ]
 
 
 @pytest.fixture
@@ -76,36 +84,45 @@ def azure_settings(connection_string: str, db: Path) -> dict[str, str]:
     """The Function App's settings as infra/bicep/modules/functionapp.bicep sets them."""
     ours = ("CHOKAQ_", "OTEL_", "APPLICATIONINSIGHTS_", "PYTHON_ENABLE", "PYTHON_APPLICATIONINSIGHTS")
     env = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
-    env.update({
-        "FUNCTIONS_WORKER_RUNTIME": "python",
-        "APPLICATIONINSIGHTS_CONNECTION_STRING": connection_string,
-        "PYTHON_ENABLE_OPENTELEMETRY": "true",
-        "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY": "true",
-        "OTEL_SERVICE_NAME": "chokaq-functions-test",
-        "CHOKAQ_STORAGE_URL": f"sqlite:///{db}",
-        "CHOKAQ_SWEEP_SCHEDULE": "*/30 * * * * *",
-        "CHOKAQ_RETENTION_SCHEDULE": "0 0 3 * * *",
-        # The distro's default sampler limits traces to 5 per second and may drop the first spans
-        # of a fresh process; the count below needs every span kept (a user's choice on Azure too).
-        "OTEL_TRACES_SAMPLER": "always_on",
-        # Keep the exporters' own bookkeeping off the network: nothing but loopback here.
-        "APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL": "true",
-        "PYTHONPATH": str(ROOT),
-    })
+    env.update(
+        {
+            "FUNCTIONS_WORKER_RUNTIME": "python",
+            "APPLICATIONINSIGHTS_CONNECTION_STRING": connection_string,
+            "PYTHON_ENABLE_OPENTELEMETRY": "true",
+            "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY": "true",
+            "OTEL_SERVICE_NAME": "chokaq-functions-test",
+            "CHOKAQ_STORAGE_URL": f"sqlite:///{db}",
+            "CHOKAQ_SWEEP_SCHEDULE": "*/30 * * * * *",
+            "CHOKAQ_RETENTION_SCHEDULE": "0 0 3 * * *",
+            # The distro's default sampler limits traces to 5 per second and may drop the first spans
+            # of a fresh process; the count below needs every span kept (a user's choice on Azure too).
+            "OTEL_TRACES_SAMPLER": "always_on",
+            # Keep the exporters' own bookkeeping off the network: nothing but loopback here.
+            "APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL": "true",
+            "PYTHONPATH": str(ROOT),
+        }
+    )
     return env
 
 
 def run_child(case: str, env: dict[str, str], cwd: Path) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "tests.functions.telemetry_child", case], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.functions.telemetry_child", case],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
 
 
 @pytest.mark.parametrize("case", ["host", "bare"])
-def test_sweep_span_and_metric_reach_application_insights_once(case: str, ingestion: tuple[Ingestion, str],
-                                                               tmp_path: Path) -> None:
+def test_sweep_span_and_metric_reach_application_insights_once(
+    case: str, ingestion: tuple[Ingestion, str], tmp_path: Path
+) -> None:
     """host: the worker installed Azure Monitor's providers; chokaq must add none (no double export).
     bare: nobody did (PYTHON_ENABLE_OPENTELEMETRY alone only propagates context); chokaq must install
     them itself, or every span and metric is dropped."""

@@ -118,9 +118,7 @@ def resolve_param_default(parsed: dict[str, Any], value: Any) -> Any:
 
 def resources_of_type(parsed: dict[str, Any], resource_type: str) -> list[dict[str, Any]]:
     return [
-        r
-        for r in parsed["resources"].values()
-        if r["type"].lower() == resource_type.lower() and not r.get("existing")
+        r for r in parsed["resources"].values() if r["type"].lower() == resource_type.lower() and not r.get("existing")
     ]
 
 

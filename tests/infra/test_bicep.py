@@ -245,9 +245,7 @@ def test_parameters_json_matches_main() -> None:
         assert name in main_params, f"main.parameters.json sets unknown parameter {name}"
         assert "value" in entry, name
     required = {n for n, p in main_params.items() if p["default"] is None}
-    assert required <= set(data["parameters"]), (
-        f"required params missing: {required - set(data['parameters'])}"
-    )
+    assert required <= set(data["parameters"]), f"required params missing: {required - set(data['parameters'])}"
 
 
 def test_main_parameters_have_safe_defaults() -> None:

@@ -58,9 +58,16 @@ def run(store: Storage, outcome_of: Any, *, fail_first: int, retryable: bool) ->
 
     counts = WorkerStats()
     completer = Completer(
-        store, "w1", Outage(60), counts, db=to_thread,
-        recorded=seen["recorded"].extend, abandoned=seen["abandoned"].extend, conflict=conflict,
-        retry_delay=delay, retryable=lambda exc: retryable and isinstance(exc, Refused),
+        store,
+        "w1",
+        Outage(60),
+        counts,
+        db=to_thread,
+        recorded=seen["recorded"].extend,
+        abandoned=seen["abandoned"].extend,
+        conflict=conflict,
+        retry_delay=delay,
+        retryable=lambda exc: retryable and isinstance(exc, Refused),
     )
     store.fault_injector = refuse
     outcome: Outcome = outcome_of(rec)

@@ -59,7 +59,10 @@ def test_non_latin_queue_type_tags_and_key_round_trip(storage: Storage) -> None:
     stored = storage.get_job(job_id)
     assert stored is not None
     assert (stored.type, stored.queue, stored.tags, stored.idempotency_key) == (
-        "发送邮件", "メール", "тег,标签,🙂", "ключ-1"
+        "发送邮件",
+        "メール",
+        "тег,标签,🙂",
+        "ключ-1",
     )
     assert stored.payload_json() == {"имя": "Ёж"}
     # The key finds its job, the queue serves its claims, the stats name it.

@@ -92,10 +92,13 @@ def test_upgrade_from_version_3_adds_the_archive_due_time(db_url: str) -> None:
     with s.engine.begin() as c:
         c.execute(text(f'ALTER TABLE {q("JobsArchive")} DROP COLUMN "ScheduledAtUtc"'))
         c.execute(text(f'DELETE FROM {q("SchemaMigrations")} WHERE "Version" = 4'))
-        c.execute(text(
-            f'INSERT INTO {q("JobsArchive")} ("Id", "Queue", "Type", "Payload", "AttemptCount", "CreatedAtUtc", '
-            "\"FinishedAtUtc\") VALUES ('old', 'default', 't', '{}', 1, '2026-01-01 00:00:00', '2026-01-01 00:00:01')"
-        ))
+        c.execute(
+            text(
+                f'INSERT INTO {q("JobsArchive")} ("Id", "Queue", "Type", "Payload", "AttemptCount", "CreatedAtUtc", '
+                '"FinishedAtUtc") VALUES '
+                "('old', 'default', 't', '{}', 1, '2026-01-01 00:00:00', '2026-01-01 00:00:01')"
+            )
+        )
 
     def columns() -> set[str]:
         return {col["name"] for col in inspect(s.engine).get_columns("JobsArchive", schema=schema)}

@@ -21,9 +21,13 @@ def test_announcers_hear_each_commit_with_queue_and_delay(tmp_path: Path) -> Non
     heard: list[Any] = []
     unsubscribe = s.add_announcer(heard.append)
     s.enqueue(EnqueueRequest(type="t", payload="{}", queue="a"))
-    s.enqueue_many([EnqueueRequest(type="t", payload="{}", queue="b", delay_seconds=30),
-                    EnqueueRequest(type="t", payload="{}", queue="b", delay_seconds=5),
-                    EnqueueRequest(type="t", payload="{}", queue="c")])
+    s.enqueue_many(
+        [
+            EnqueueRequest(type="t", payload="{}", queue="b", delay_seconds=30),
+            EnqueueRequest(type="t", payload="{}", queue="b", delay_seconds=5),
+            EnqueueRequest(type="t", payload="{}", queue="c"),
+        ]
+    )
     s.announce()  # what a resurrect does: the queues are not known
     unsubscribe()
     s.enqueue(EnqueueRequest(type="t", payload="{}", queue="a"))

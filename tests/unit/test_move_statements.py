@@ -24,6 +24,6 @@ def test_the_single_statement_move_copies_counts_and_returns_in_one() -> None:
     assert 'GROUP BY moved."Queue" ORDER BY moved."Queue" ON CONFLICT ("Queue") DO UPDATE SET' in sql
     assert '"SucceededTotal" = "StatsSummary"."SucceededTotal" + excluded."SucceededTotal"' in sql
     # The durations JSON is parsed once per statement (an InitPlan), not once per row.
-    assert "((SELECT CAST(%(durations)s::VARCHAR AS JSONB)) ->> moved.\"Id\")" in sql
+    assert '((SELECT CAST(%(durations)s::VARCHAR AS JSONB)) ->> moved."Id")' in sql
     fail = " ".join(str(fail_statements().single.compile(dialect=PG)).split())
     assert 'INSERT INTO chokaq."JobsDLQ"' in fail and '"FailedTotal" = "StatsSummary"."FailedTotal" +' in fail

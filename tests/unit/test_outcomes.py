@@ -18,9 +18,18 @@ RETRY = RetrySettings(base_delay=2.0, jitter_max_delay=0, max_delay=60)
 
 def record(attempt: int = 1) -> JobRecord:
     return JobRecord(
-        id="j1", location=Location.HOT, queue="q", type="t", payload="{}", tags=None, attempt_count=attempt,
-        worker_id="w1", created_by=None, last_modified_by=None,
-        created_at_utc=datetime.now(UTC).replace(tzinfo=None), status=JobStatus.PROCESSING,
+        id="j1",
+        location=Location.HOT,
+        queue="q",
+        type="t",
+        payload="{}",
+        tags=None,
+        attempt_count=attempt,
+        worker_id="w1",
+        created_by=None,
+        last_modified_by=None,
+        created_at_utc=datetime.now(UTC).replace(tzinfo=None),
+        status=JobStatus.PROCESSING,
     )
 
 

@@ -53,15 +53,21 @@ def test_job_context_and_handler_keep_their_public_names() -> None:
 def _publish_calls(path: Path) -> list[int]:
     """Lines of ``path`` that call something's ``.publish(...)``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    return [node.lineno for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "publish"]
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "publish"
+    ]
 
 
 def test_surfaces_leave_operator_events_to_the_operations_service() -> None:
     # Operator events used to be published by hand in 12 places with free-form kinds; the API, the
     # CLI and the Functions now call chokaq.operations, which publishes typed kinds on the app's bus.
-    surfaces = [*sorted((ROOT / "chokaq/api").glob("*.py")), *sorted((ROOT / "chokaq/cli").glob("*.py")),
-                *sorted((ROOT / "functions").glob("*.py"))]
+    surfaces = [
+        *sorted((ROOT / "chokaq/api").glob("*.py")),
+        *sorted((ROOT / "chokaq/cli").glob("*.py")),
+        *sorted((ROOT / "functions").glob("*.py")),
+    ]
     by_hand = {str(p.relative_to(ROOT)): lines for p in surfaces if (lines := _publish_calls(p))}
     assert by_hand == {}
     assert _publish_calls(ROOT / "chokaq/operations/service.py")
@@ -77,7 +83,9 @@ def test_there_is_no_process_wide_event_bus() -> None:
 
 
 def test_the_cli_prints_the_public_job_shape_without_loading_fastapi() -> None:
-    code = ("import sys, chokaq.cli.main, chokaq.operations.job_out, chokaq.operations.service; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fastapi', 'starlette')))")
+    code = (
+        "import sys, chokaq.cli.main, chokaq.operations.job_out, chokaq.operations.service; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fastapi', 'starlette')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"

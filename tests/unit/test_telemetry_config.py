@@ -48,8 +48,14 @@ def test_application_insights_uses_the_azure_monitor_distro(monkeypatch: pytest.
     calls = fake_distro(monkeypatch)
     monkeypatch.setenv("APPLICATIONINSIGHTS_CONNECTION_STRING", "InstrumentationKey=00000000-0000-0000-0000-0")
     assert telemetry.configure("chokaq-worker") is True
-    assert calls == [{"connection_string": "InstrumentationKey=00000000-0000-0000-0000-0", "disable_tracing": False,
-                      "disable_metrics": False, "disable_logging": False}]
+    assert calls == [
+        {
+            "connection_string": "InstrumentationKey=00000000-0000-0000-0000-0",
+            "disable_tracing": False,
+            "disable_metrics": False,
+            "disable_logging": False,
+        }
+    ]
 
 
 def test_functions_env_vars_alone_do_not_stop_the_export(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,8 +67,14 @@ def test_functions_env_vars_alone_do_not_stop_the_export(monkeypatch: pytest.Mon
     monkeypatch.setenv("FUNCTIONS_WORKER_RUNTIME", "python")
     assert telemetry.configure() is True
     # The host ships the worker's logs itself: only traces and metrics from the distro.
-    assert calls == [{"connection_string": "InstrumentationKey=x", "disable_tracing": False,
-                      "disable_metrics": False, "disable_logging": True}]
+    assert calls == [
+        {
+            "connection_string": "InstrumentationKey=x",
+            "disable_tracing": False,
+            "disable_metrics": False,
+            "disable_logging": True,
+        }
+    ]
 
 
 def test_only_the_signal_without_a_provider_gets_an_exporter(monkeypatch: pytest.MonkeyPatch) -> None:
