@@ -195,6 +195,7 @@ class StatementCounter:
     active: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _engine: Any = None
+    _executor: Any = None
 
     def attach(self, engine: Any) -> StatementCounter:
         from sqlalchemy import event
@@ -207,9 +208,52 @@ class StatementCounter:
         event.listen(engine, "rollback", self._rollback)
         return self
 
+    def attach_executor(self, executor: Any) -> StatementCounter:
+        """The hot path's executor sends its statements on the driver, past the engine's events:
+        count them at its one execute call (autocommit statements; on SQLite each call or move is a
+        BEGIN IMMEDIATE ... COMMIT of its own, counted as a begin and a commit)."""
+        counter = self
+        execute, transaction = executor._execute, executor.transaction
+        sqlite = executor.dialect.name == "sqlite"
+
+        def counted_execute(link: Any, stmt: Any, params: Any, **kw: Any) -> Any:
+            if not counter.active:
+                return execute(link, stmt, params, **kw)
+            sql = executor.rendered(stmt, params).sql
+            kind = classify(sql)
+            t0 = time.perf_counter()
+            rows, rc = execute(link, stmt, params, **kw)
+            with counter._lock:
+                counter.statements += 1
+                counter.autocommit_statements += not sqlite
+                counter.by_kind[kind] += 1
+                counter.seconds_by_kind.setdefault(kind, []).append(time.perf_counter() - t0)
+                if isinstance(rc, int) and rc > 0:
+                    counter.rows_by_kind[kind] += rc
+            return rows, rc
+
+        @contextmanager
+        def counted_transaction(*, sending: Callable[[], None]) -> Iterator[Any]:
+            with transaction(sending=sending) as tx:
+                if counter.active:
+                    with counter._lock:
+                        counter.begins += 1
+                yield tx
+            if counter.active:
+                with counter._lock:
+                    counter.commits += 1
+
+        executor._execute, executor.transaction = counted_execute, counted_transaction
+        self._executor = (executor, execute, transaction)
+        return self
+
     def detach(self) -> None:
         from sqlalchemy import event
 
+        if self._executor is not None:
+            executor, execute, transaction = self._executor
+            executor._execute, executor.transaction = execute, transaction
+            self._executor = None
         if self._engine is None:
             return
         event.remove(self._engine, "before_cursor_execute", self._before)
@@ -416,6 +460,8 @@ def throughput_round(
         if analyze and pg:
             analyze_table(DB, 'chokaq."JobsHot"')
         counter = StatementCounter().attach(app.storage.engine) if count else None
+        if counter is not None and getattr(app.storage.tx, "executor", None) is not None:
+            counter.attach_executor(app.storage.tx.executor)
         wt = WorkerThread(app, concurrency)
         drain = timed_drain(wt, state, n, rnd, DB if pg else None, counter)
         counts = counter.snapshot() if counter is not None else None
