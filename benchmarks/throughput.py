@@ -460,7 +460,7 @@ def throughput_round(
         if analyze and pg:
             analyze_table(DB, 'chokaq."JobsHot"')
         counter = StatementCounter().attach(app.storage.engine) if count else None
-        if counter is not None and getattr(app.storage.tx, "executor", None) is not None:
+        if counter is not None and getattr(getattr(app.storage, "tx", None), "executor", None) is not None:
             counter.attach_executor(app.storage.tx.executor)
         wt = WorkerThread(app, concurrency)
         drain = timed_drain(wt, state, n, rnd, DB if pg else None, counter)
