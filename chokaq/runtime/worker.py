@@ -191,13 +191,15 @@ class Worker:
         self._poke()
 
     async def until_idle(self, idle_seconds: float, *, max_seconds: float = math.inf) -> None:
-        """Return once the worker has held no job for ``idle_seconds`` (counted from the last job it
-        finished, the last claim that brought jobs, or the last :meth:`wake`), after ``max_seconds``
-        at the most, or as soon as it stops. It does not stop the worker."""
+        """Return once the worker has held no job for ``idle_seconds`` (counted from its first
+        claim, the last job it finished, the last claim that brought jobs, or the last
+        :meth:`wake`), after ``max_seconds`` at the most, or as soon as it stops. It does not stop
+        the worker. Before its first claim it is not idle, however long the start-up takes (a
+        loaded machine, a database waking up): it has not looked for work yet."""
         deadline = time.monotonic() + max_seconds
         while not self._ended:
             now = time.monotonic()
-            if self.slots.busy:
+            if self.slots.busy or not self.counts.fetches:
                 self._last_active = now
             remaining = min(deadline, self._last_active + idle_seconds) - now
             if remaining <= 0:
@@ -452,6 +454,8 @@ class Worker:
             await self._sleep(delay)
             return None
         self.counts.fetches += 1
+        if self.counts.fetches == 1:
+            self._active()  # the first look for work: until_idle counts idleness from here
         self._fetch_failures = 0
         self.slots.claimed(len(jobs), want)
         return jobs

@@ -4,6 +4,7 @@ Functions host uses, without polling the worker's internals."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from chokaq import ChokaQ
@@ -66,4 +67,27 @@ def test_until_idle_returns_when_the_worker_stops_on_its_own(db_url: str) -> Non
 
     asyncio.run(scenario())
     assert worker.stopping
+    app.close()
+
+
+def test_idle_is_counted_from_the_first_claim_not_from_a_slow_start(db_url: str) -> None:
+    # A start-up slower than the idle period (a loaded machine, a database waking up): the worker
+    # has not looked for work yet, so it is not idle, and the job waiting for it runs.
+    app = make_app(db_url)
+    done: list[int] = []
+
+    @app.job("ok_v1")
+    async def ok(payload: dict[str, Any]) -> None:
+        done.append(payload["n"])
+
+    def slow_start(op: str) -> None:
+        if op == "ping":
+            time.sleep(0.5)
+
+    app.enqueue("ok_v1", {"n": 1})
+    app.storage.fault_injector = slow_start
+    worker = app.worker()
+    stats = asyncio.run(worker.run_until_idle(0.1, max_seconds=60))
+    assert done == [1]
+    assert stats.succeeded == 1
     app.close()
