@@ -90,6 +90,11 @@ class Claimer:
         self, worker_id: str, limit: int, queue_names: Sequence[str] | None, opts: ClaimOptions
     ) -> list[JobRecord]:
         """See :meth:`Storage.fetch`."""
+        # Read before the main claim, never after it: once that has committed, a failure that
+        # raises strands its jobs under this worker with nobody holding them, and nothing tells the
+        # worker to reconcile (the claim's reply arrived). The list's re-read, about once a second
+        # on a pooled connection of its own, is the step a database going away would hit.
+        limited = [n for n in self._limited_queues() if not queue_names or n in queue_names]
         # The main claim goes straight to the driver (see executor.py); rows in HOT_ROW order.
         query = claim_query(self.tx.dialect, worker_id, limit, queue_names, limited=False, options=opts)
         claimed = (
@@ -97,7 +102,6 @@ class Claimer:
             if query is None
             else [hot_record_from_values(r) for r in self.tx.driver(*query, op="fetch", prepare=False)]
         )
-        limited = [n for n in self._limited_queues() if not queue_names or n in queue_names]
 
         def claim_limited(c: Connection) -> list[JobRecord]:
             more: list[JobRecord] = []

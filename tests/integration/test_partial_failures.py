@@ -3,12 +3,16 @@ under the worker's id with nobody holding it (found in review; each test fails b
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sqlalchemy.exc import OperationalError
 
 from chokaq.domain.models import EnqueueRequest
-from chokaq.domain.states import JobStatus
+from chokaq.domain.states import JobStatus, Location
 from chokaq.storage import Storage
+from tests.helpers import wait_for
+from tests.integration.test_worker import Running, make_app
 
 
 def fail_on(storage: Storage, op: str) -> None:
@@ -40,6 +44,48 @@ def test_a_lone_failed_limited_claim_still_raises(storage: Storage) -> None:
     fail_on(storage, "fetch_limited")
     with pytest.raises(OperationalError):
         storage.fetch("w", 10, start=True)
+
+
+def test_a_failed_read_of_the_maxworkers_queues_strands_nothing(storage: Storage) -> None:
+    # The claim re-reads the list of MaxWorkers queues about once a second, on a pooled connection
+    # of its own. When that read failed after the main claim had committed (the database going
+    # away in between, as the fault test's refuse mode makes it), fetch raised and the claimed jobs
+    # sat Processing under the worker, never started and never reconciled (no reply was lost, so
+    # nothing was ambiguous), until the sweep buried them as Zombies.
+    free = [storage.enqueue(EnqueueRequest(type="t", queue="free"))[0] for _ in range(2)]
+    fail_on(storage, "limited_queues")
+    try:
+        got = {j.id for j in storage.fetch("w", 10, start=True)}
+    except OperationalError:
+        got = set()
+    # Whatever the call returned, nothing is left under "w" that the caller was not handed.
+    assert {j.id for j in storage.owned("w")} <= got
+    assert all(storage.get_job(i).status == JobStatus.PENDING for i in free if i not in got)  # type: ignore[union-attr]
+
+
+def test_a_worker_whose_claim_fails_after_committing_still_runs_the_job(db_url: str) -> None:
+    # The same failure through a real worker: the job must run, not sit Processing under the
+    # worker until the sweep buries it as a Zombie that never ran.
+    app = make_app(db_url, storage={"listen_notify": False})  # polls every 50 ms
+    ran: list[str] = []
+
+    @app.job("t")
+    def t(payload: dict[str, Any], ctx: Any) -> None:
+        ran.append(ctx.job_id)
+
+    job = app.storage.enqueue(EnqueueRequest(type="t"))[0]
+    fail_on(app.storage, "limited_queues")  # the worker's first claim
+    running = Running(app.worker())
+    try:
+        # Twenty more claims are plenty for a job that is due: by then it ran, or it was stranded.
+        wait_for(lambda: ran or running.worker.stats["fetches"] >= 20, timeout=30)
+        wait_for(lambda: not running.worker.busy, timeout=30)
+    finally:
+        running.stop()
+    assert ran == [job]
+    assert app.storage.owned(running.worker.id) == []
+    assert app.storage.get_job(job).location == Location.ARCHIVE  # type: ignore[union-attr]
+    app.close()
 
 
 def test_a_start_that_fails_after_committing_leaves_the_records_as_fetched(storage: Storage) -> None:
