@@ -241,7 +241,7 @@ class Storage:
         if rest:
             # A replay after a lost reply finds its own start done: Processing under this worker at
             # the next attempt. Nobody ran them; they start now, attempt counted once.
-            for row in self.lost_replies.started_by(worker_id, rest):
+            for row in self._restarted(worker_id, rest):
                 fresh[row.id] = (
                     row.attempt_count,
                     row.started_at_utc,
@@ -264,6 +264,17 @@ class Storage:
             job.zombie_retry = zombie_retry
             started.append(job)
         return StartResult(started, released, lost)
+
+    def _restarted(self, worker_id: str, leases: Sequence[Lease]) -> list[JobRecord]:
+        """Jobs among ``leases`` that a start whose reply was lost already started, with their lease
+        refreshed. That start may be seconds old (the replays failed while the database was away):
+        its heartbeat is, too, and the handlers begin only now, so the lease is renewed before
+        they do, as a start would. A job the sweep took meanwhile is not ours to start."""
+        rows = self.lost_replies.started_by(worker_id, leases)
+        if not rows:
+            return []
+        alive = self.heartbeat(worker_id, [r.lease for r in rows])
+        return [r for r in rows if r.id in alive]
 
     def release(self, worker_id: str, leases: Sequence[Lease]) -> list[str]:
         """Fetched -> Pending for jobs this worker reserved but will not start (shutdown)."""

@@ -3,6 +3,7 @@ under the worker's id with nobody holding it (found in review; each test fails b
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from sqlalchemy.exc import OperationalError
 from chokaq.domain.models import EnqueueRequest
 from chokaq.domain.states import JobStatus, Location
 from chokaq.storage import Storage
-from tests.helpers import wait_for
+from tests.helpers import age, wait_for
 from tests.integration.test_worker import Running, make_app
 
 
@@ -105,3 +106,22 @@ def test_a_start_that_fails_after_committing_leaves_the_records_as_fetched(stora
     assert [j.id for j in again.started] == [a] and again.lost == []
     assert again.started[0].attempt_count == 1
     assert again.released == [b]
+
+
+def test_a_start_recognised_late_hands_its_jobs_over_with_a_fresh_lease(storage: Storage) -> None:
+    # A start that committed unheard is recognised by the next start of the same batch, which may
+    # come seconds later (the database away, the replays failing). Its handlers begin then: the
+    # lease must be as fresh as a start's, or the sweep takes the running jobs for zombies of the
+    # lost start's age (a refuse-mode run of the fault test buried 6 jobs that had run; its logs
+    # fit this).
+    storage.enqueue_many([EnqueueRequest(type="t") for _ in range(2)])
+    fetched = storage.fetch("w", 10)
+    storage.start("w", [copy.copy(j) for j in fetched])  # committed; the worker never heard
+    for j in fetched:
+        age(storage, j.id, 30)  # the replay that recognises it comes late
+    again = storage.start("w", fetched)
+    assert sorted(j.id for j in again.started) == sorted(j.id for j in fetched)
+    assert all(j.attempt_count == 1 for j in again.started)  # counted once, by the lost start
+    swept = storage.sweep(fetched_timeout=60, zombie_timeout=10, max_attempts=3)
+    assert (swept.archived, swept.retried_zombies) == (0, 0)
+    assert all(storage.get_job(j.id).status == JobStatus.PROCESSING for j in fetched)  # type: ignore[union-attr]
