@@ -36,9 +36,12 @@ class Heartbeat:
         executing: Collection[str],
         cancel: Callable[[Running, CancelReason], None],
         conflict: Callable[[Transition, int], None],
+        unsure: Callable[[], list[Lease]] = list,
     ) -> None:
         """``write`` refreshes the leases and returns the ids still ours; ``running`` and
-        ``executing`` are the worker's live views (jobs not yet finalised; handlers still running)."""
+        ``executing`` are the worker's live views (jobs not yet finalised; handlers still running);
+        ``unsure`` gives the leases of jobs whose start may have committed unheard (see
+        :meth:`Slots.unsure_leases`), renewed too."""
         self.settings = settings
         self.outage = outage
         self._write = write
@@ -46,6 +49,7 @@ class Heartbeat:
         self._executing = executing
         self._cancel = cancel
         self._conflict = conflict
+        self._unsure = unsure
         self.failures = 0  # consecutive failed writes
 
     async def run(self) -> None:
@@ -58,10 +62,11 @@ class Heartbeat:
         """One tick: refresh every running job's lease."""
         ex = self.settings
         runs = list(self._running.values())
-        if not runs:
+        unsure = self._unsure()
+        if not runs and not unsure:
             return
         try:
-            alive = await self._write([r.lease for r in runs])
+            alive = await self._write([r.lease for r in runs] + unsure)
         except Exception as exc:
             self.outage.failed("heartbeat", exc)
             self.failures += 1

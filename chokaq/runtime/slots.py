@@ -17,7 +17,7 @@ import contextlib
 from collections import deque
 from collections.abc import Iterable, Iterator
 
-from chokaq.domain.models import JobRecord
+from chokaq.domain.models import JobRecord, Lease
 from chokaq.runtime.changes import Changes
 from chokaq.runtime.running import Running
 
@@ -38,6 +38,10 @@ class Slots:
         self.running: dict[str, Running] = {}
         self.executing: set[str] = set()
         self.in_start: set[str] = set()  # held by a start in flight: neither buffered nor running
+        # Jobs whose start may have committed without the worker hearing it (a start in flight, or
+        # one that failed and went back to the buffer), with the attempt it gives them: their
+        # leases are heartbeated until a start call for them returns. See unsure_leases.
+        self.unsure: dict[str, int] = {}
         self._claiming = 0  # jobs asked for by claims into the buffer in flight
         self._starting = 0  # slots held by start batches and claims for idle slots in flight
         self.backlog = False  # the last claim came back full
@@ -136,6 +140,26 @@ class Slots:
                 self.room.notify()
                 return batch
         return []
+
+    def starting(self, batch: list[JobRecord]) -> None:
+        """A start of ``batch`` is about to be sent: from now on it may commit unheard."""
+        for j in batch:
+            self.unsure[j.id] = j.attempt_count + 1
+
+    def start_settled(self, batch: list[JobRecord]) -> None:
+        """A start call for ``batch`` returned: each job is running, released or lost."""
+        for j in batch:
+            self.unsure.pop(j.id, None)
+
+    def unsure_leases(self, worker_id: str) -> list[Lease]:
+        """Leases of the jobs whose start may have committed unheard, at the attempt it gave them.
+
+        Such a start is recognised only when a later start of the same jobs gets through, which
+        may take longer than the zombie timeout while the database is away; meanwhile nobody
+        would renew the lease the lost start stamped, and the sweep would bury jobs that never
+        ran. Heartbeating these is harmless when the start did not commit: the heartbeat is
+        fenced on Processing at that attempt, so it matches no Fetched row."""
+        return [Lease(job_id, worker_id, attempt) for job_id, attempt in self.unsure.items()]
 
     def requeue(self, batch: list[JobRecord]) -> None:
         """A start that failed: its jobs go back to the front of the buffer."""

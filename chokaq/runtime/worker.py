@@ -113,6 +113,7 @@ class Worker:
             executing=self.slots.executing,
             cancel=self._cancel,
             conflict=self._conflict,
+            unsure=lambda: self.slots.unsure_leases(self.id),
         )
         self.completer = Completer(
             self.storage,
@@ -469,19 +470,22 @@ class Worker:
                 self._active()  # started, back in the buffer, or lost: a change either way
 
     async def _start_batch(self, batch: list[JobRecord]) -> None:
+        self.slots.starting(batch)
         try:
             result = await self.reconciler.move(
                 functools.partial(self.storage.start, self.id, batch, self._zombie_retry_types)
             )
             self._start_failures = 0
         except Exception as exc:
-            # Back to the buffer: a start that committed unheard is found by the next one.
+            # Back to the buffer: a start that committed unheard is found by the next one, and
+            # until then the heartbeat keeps the lease it stamped (Slots.unsure_leases).
             self.slots.requeue(batch)
             delay = backoff(self._start_failures, base=self.settings.storage.polling_interval)
             self._start_failures += 1
             self.outage.failed("start", exc, delay)
             await self._sleep(delay)
             return
+        self.slots.start_settled(batch)
         self._conflict("start", len(result.lost))
         self._launch(result.started)
 
@@ -637,6 +641,10 @@ class Worker:
     async def _shutdown(self) -> None:
         ex = self.settings.execution
         pending = self.slots.take_buffer()
+        if any(j.id in self.slots.unsure for j in pending):
+            # A start of some of these may have committed unheard: the release cannot move those
+            # (they are Processing), and the reconcile below gives them back to Pending.
+            self.reconciler.suspect()
         if pending:
             try:
                 released = await self._db(self.storage.release, self.id, [j.lease for j in pending])

@@ -3,14 +3,18 @@ under the worker's id with nobody holding it (found in review; each test fails b
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import time
 from typing import Any
 
 import pytest
 from sqlalchemy.exc import OperationalError
 
+from chokaq import ChokaQ
 from chokaq.domain.models import EnqueueRequest
 from chokaq.domain.states import JobStatus, Location
+from chokaq.runtime.worker import Worker
 from chokaq.storage import Storage
 from tests.helpers import age, wait_for
 from tests.integration.test_worker import Running, make_app
@@ -125,3 +129,71 @@ def test_a_start_recognised_late_hands_its_jobs_over_with_a_fresh_lease(storage:
     swept = storage.sweep(fetched_timeout=60, zombie_timeout=10, max_attempts=3)
     assert (swept.archived, swept.retried_zombies) == (0, 0)
     assert all(storage.get_job(j.id).status == JobStatus.PROCESSING for j in fetched)  # type: ignore[union-attr]
+
+
+def lost_start_scenario(db_url: str, fail_for: float) -> tuple[ChokaQ, Worker, str, list[str], list[float]]:
+    """A worker with one slot, a slow job in it and job ``t`` in its buffer. The first start of
+    ``t`` commits (out of band, as the worker's own would) and then fails, and so does every start
+    for ``fail_for`` seconds (the database refusing connections, in the fault test). Returns the
+    app, the worker (not started), t's id, the ids that ran and when the failing ends."""
+    app = make_app(db_url, storage={"listen_notify": False}, recovery={"scan_interval": 0.1})
+    ran: list[str] = []
+
+    @app.job("slow")
+    async def slow(payload: dict[str, Any]) -> None:
+        await asyncio.sleep(0.3)  # holds the only slot, so the next job is claimed into the buffer
+
+    @app.job("t")
+    def t(payload: dict[str, Any], ctx: Any) -> None:
+        ran.append(ctx.job_id)
+
+    app.storage.enqueue(EnqueueRequest(type="slow", priority=100))
+    job = app.storage.enqueue(EnqueueRequest(type="t"))[0]
+    worker = app.worker(concurrency=1, with_sweep=True)
+    failing_until: list[float] = []
+
+    def inject(op: str) -> None:
+        if op != "start":
+            return
+        if not failing_until:
+            other = Storage(db_url)
+            other.start(worker.id, [j for j in other.owned(worker.id) if j.status == JobStatus.FETCHED])
+            other.close()
+            failing_until.append(time.monotonic() + fail_for)
+        if time.monotonic() < failing_until[0]:
+            raise OperationalError("injected", {}, RuntimeError("start failed"))
+
+    app.storage.fault_injector = inject
+    return app, worker, job, ran, failing_until
+
+
+def test_a_start_that_committed_unheard_keeps_its_lease_while_the_worker_retries_it(db_url: str) -> None:
+    # The worker holds t in its buffer as Fetched while the row is Processing; until a start gets
+    # through and recognises it, the heartbeat must keep its lease (three zombie timeouts here),
+    # or the sweep buries a job whose handler never began.
+    app, worker, job, ran, failing_until = lost_start_scenario(db_url, fail_for=3.0)
+    running = Running(worker)
+    try:
+        wait_for(lambda: ran or app.storage.get_job(job).location != Location.HOT, timeout=30)  # type: ignore[union-attr]
+        wait_for(lambda: not worker.busy, timeout=30)
+    finally:
+        running.stop()
+    assert failing_until, "the start never ran"
+    assert ran == [job], app.storage.get_job(job)
+    assert app.storage.get_job(job).location == Location.ARCHIVE  # type: ignore[union-attr]
+    app.close()
+
+
+def test_a_worker_stopping_with_a_start_unheard_gives_its_jobs_back(db_url: str) -> None:
+    # Stopped before any start got through: the release at shutdown finds t Processing, not
+    # Fetched; it must go back to Pending (attempt given back), not stay under a worker that is gone.
+    app, worker, job, ran, failing_until = lost_start_scenario(db_url, fail_for=3600.0)
+    running = Running(worker)
+    try:
+        wait_for(lambda: failing_until, timeout=30)  # the start committed, and failed
+    finally:
+        running.stop()
+    rec = app.storage.get_job(job)
+    assert rec is not None and (rec.location, rec.status, rec.worker_id) == (Location.HOT, JobStatus.PENDING, None)
+    assert rec.attempt_count == 0 and ran == []
+    app.close()
