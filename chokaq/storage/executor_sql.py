@@ -85,9 +85,12 @@ def array_literal(items: Any) -> Any:
     Inside double quotes only ``"`` and ``\\`` are special, so an id that holds either goes to the
     driver's dumper instead, as does anything that is not a plain list of strings.
     """
-    if not isinstance(items, list) or not all(type(i) is str for i in items):
+    if not isinstance(items, list):
         return items
-    every = "".join(items)
+    try:
+        every = "".join(items)  # a TypeError for anything but strings, without a check per item
+    except TypeError:
+        return items
     if '"' in every or "\\" in every:
         return items
     return '{"' + '","'.join(items) + '"}' if items else "{}"

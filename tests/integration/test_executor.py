@@ -150,6 +150,8 @@ def test_an_id_list_bound_as_an_array_literal_is_the_same_array_on_the_server(pg
         assert array_literal(["a", 'b"']) == ["a", 'b"']  # the driver's dumper takes these
         assert array_literal(["a\\"]) == ["a\\"]
         assert array_literal(["a", "b"]) == '{"a","b"}'
+        assert array_literal(["a", 1]) == ["a", 1]  # not all strings: the dumper's business
+        assert array_literal(("a",)) == ("a",)
     finally:
         s.close()
 
