@@ -99,7 +99,8 @@ class StorageSettings(BaseModel):
     refresh_statistics: bool = Field(
         default=True,
         description="PostgreSQL: workers check JobsHot about once a second while busy (every 10 s idle) "
-        "and ANALYZE it when it holds over twice the rows last counted, or over 10% of it changed and "
+        "and ANALYZE it when it holds over twice the rows (or its file over twice the pages) last counted, or "
+        "over 10% of it changed and "
         "the last ANALYZE is over 10 s old, instead of waiting a minute or more for autovacuum",
     )
 

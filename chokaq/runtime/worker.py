@@ -50,6 +50,8 @@ from chokaq.storage.engine import is_transient
 from chokaq.telemetry import instruments, tracer, tracing_active
 
 if TYPE_CHECKING:  # for the annotation only: app imports this module, never the reverse
+    from opentelemetry.trace import Span
+
     from chokaq.runtime.app import ChokaQ
 
 log = logging.getLogger("chokaq.worker")
@@ -127,6 +129,7 @@ class Worker:
             events=app.bus,
         )
         self.deadlines = Deadlines(lambda run: self._cancel(run, CANCEL_TIMEOUT))
+        self._metric_attributes: dict[tuple[str, str], dict[str, str]] = {}
         self.failure: str | None = None  # why a helper task's death stopped the worker
 
     # ------------------------------------------------------------------ plumbing
@@ -492,47 +495,69 @@ class Worker:
     def _launch(self, started: list[JobRecord]) -> None:
         """Run the handlers of jobs now Processing."""
         now = datetime.now(UTC).replace(tzinfo=None)
-        ins = instruments()
+        lag = instruments().queue_lag
         # Looked up once per batch: asking OpenTelemetry for its provider is not free.
         traced = tracing_active()
+        slots, worker_id = self.slots, self.id
         watched: dict[float, list[Running]] = {}  # by timeout: one deadline each for this batch
+        timeouts: dict[str, float] = {}  # by job type, for this batch
         for rec in started:
-            if rec.id in self.slots.running:
+            if rec.id in slots.running:
                 # Never a second run of one job here (a reconcile and a replayed start both
                 # handing over the same row would be a bug; this keeps it from running twice).
                 log.error("job %s is already running in this worker; not starting it again", rec.id)
                 continue
             if rec.scheduled_at_utc is not None:
-                ins.queue_lag.record(
-                    max(0.0, (now - rec.scheduled_at_utc).total_seconds() * 1000),
-                    {"queue": rec.queue, "type": rec.type},
-                )
+                lag.record(max(0.0, (now - rec.scheduled_at_utc).total_seconds() * 1000), self._attributes(rec))
             ctx = JobContext(
-                job_id=rec.id, attempt=rec.attempt_count, queue=rec.queue, type=rec.type, worker_id=self.id
+                job_id=rec.id, attempt=rec.attempt_count, queue=rec.queue, type=rec.type, worker_id=worker_id
             )
             run = Running(record=rec, lease=rec.lease, ctx=ctx, traced=traced)
-            self.slots.launched(run)
-            self.counts.started += 1
-            watched.setdefault(self._timeout_for(rec.type), []).append(run)
+            slots.launched(run)
+            timeout = timeouts.get(rec.type)
+            if timeout is None:
+                timeout = timeouts[rec.type] = self._timeout_for(rec.type)
+            watched.setdefault(timeout, []).append(run)
             # Unnamed: a name is a string built per job that only a debugger would read.
             run.task = asyncio.create_task(self._execute(run))
+        self.counts.started += sum(len(runs) for runs in watched.values())
         assert self._loop is not None
         for timeout, runs in watched.items():
             self.deadlines.watch(self._loop, runs, timeout)
         self._active()
 
+    def _attributes(self, rec: JobRecord) -> dict[str, str]:
+        """A job's metric attributes (queue and type): one dict per pair, kept, instead of one per
+        job and metric. Bounded, for a worker that meets very many queues or types."""
+        key = (rec.queue, rec.type)
+        attributes = self._metric_attributes.get(key)
+        if attributes is None:
+            if len(self._metric_attributes) >= 1024:
+                self._metric_attributes.clear()
+            attributes = self._metric_attributes[key] = {"queue": rec.queue, "type": rec.type}
+        return attributes
+
     # ------------------------------------------------------------------ execute
     async def _execute(self, run: Running) -> None:
-        rec, ctx = run.record, run.ctx
+        rec = run.record
         handler = self.app.handlers.get(rec.type)
         t0 = time.perf_counter()
-        outcome: Outcome
         # Without a configured tracer provider every span is a no-op that still costs a job a
-        # noticeable share of its bookkeeping; skip it then.
-        with (
-            tracer().start_as_current_span(f"chokaq.job {rec.type}") if run.traced else contextlib.nullcontext()
-        ) as span:
-            if span is not None and span.is_recording():
+        # noticeable share of its bookkeeping; the untraced path has none.
+        if run.traced:
+            outcome = await self._run_traced(run, handler)
+        else:
+            outcome = await self._run_handler(run, handler, None)
+        outcome.duration_ms = int((time.perf_counter() - t0) * 1000)
+        instruments().processing_duration.record(outcome.duration_ms, self._attributes(rec))
+        self.deadlines.ended(run)
+        self.slots.handler_ended(rec.id)
+        self.completer.put(outcome)
+
+    async def _run_traced(self, run: Running, handler: Handler | None) -> Outcome:
+        rec = run.record
+        with tracer().start_as_current_span(f"chokaq.job {rec.type}") as span:
+            if span.is_recording():
                 span.set_attributes(
                     {
                         "chokaq.job.id": rec.id,
@@ -542,44 +567,40 @@ class Worker:
                         "chokaq.worker": self.id,
                     }
                 )
-            try:
-                if handler is None:
-                    raise _Rejected(f"no handler is registered for job type {rec.type!r} on worker {self.id}")
-                await self._call(handler, run)
-                outcome = outcomes.succeeded(rec, run.lease)
-            except _Rejected as exc:
-                outcome = outcomes.rejected(rec, run.lease, str(exc))
-            except asyncio.CancelledError as exc:
-                outcome = self._cancelled_outcome(run, exc)
-            except BaseException as exc:
-                if ctx.is_cancelled():
-                    # Stopped by us (timeout, shutdown, lost ownership), whatever it raised on the way out.
-                    outcome = self._cancelled_outcome(run, exc)
-                else:
-                    # A TimeoutError of the handler's own (an HTTP call, say) is an ordinary failure.
-                    outcome = self._failure_outcome(run, handler, exc)
-                if span is not None:
-                    span.record_exception(exc)
-            outcome.duration_ms = int((time.perf_counter() - t0) * 1000)
-            if span is not None:
-                if outcome.reason == FailureReason.TIMEOUT:
-                    span.set_attribute("chokaq.timeout", True)
-                span.set_attribute("chokaq.outcome", outcome.kind)
-        instruments().processing_duration.record(outcome.duration_ms, {"queue": rec.queue, "type": rec.type})
-        self.deadlines.ended(run)
-        self.slots.handler_ended(rec.id)
-        self.completer.put(outcome)
+            outcome = await self._run_handler(run, handler, span)
+            if outcome.reason == FailureReason.TIMEOUT:
+                span.set_attribute("chokaq.timeout", True)
+            span.set_attribute("chokaq.outcome", outcome.kind)
+        return outcome
 
-    async def _call(self, handler: Handler, run: Running) -> None:
-        payload = handler.parse_payload(run.record.payload)
-        args: tuple[object, ...] = (payload, run.ctx) if handler.wants_ctx else (payload,)
-        # Its deadline (deadlines.py) cancels the task; a thread cannot be killed, so cooperative
-        # plain handlers see ctx.cancelled and stop.
-        if handler.is_async:
-            await handler.fn(*args)
-        else:
-            run.thread = self._job_pool.submit(contextvars.copy_context().run, handler.fn, *args)
-            await asyncio.wrap_future(run.thread)
+    async def _run_handler(self, run: Running, handler: Handler | None, span: Span | None) -> Outcome:
+        """Run the handler and say what its run came to (never raises)."""
+        rec = run.record
+        try:
+            if handler is None:
+                raise _Rejected(f"no handler is registered for job type {rec.type!r} on worker {self.id}")
+            payload = handler.parse_payload(rec.payload)
+            args: tuple[object, ...] = (payload, run.ctx) if handler.wants_ctx else (payload,)
+            # Its deadline (deadlines.py) cancels the task; a thread cannot be killed, so
+            # cooperative plain handlers see ctx.cancelled and stop.
+            if handler.is_async:
+                await handler.fn(*args)
+            else:
+                run.thread = self._job_pool.submit(contextvars.copy_context().run, handler.fn, *args)
+                await asyncio.wrap_future(run.thread)
+            return outcomes.succeeded(rec, run.lease)
+        except _Rejected as exc:
+            return outcomes.rejected(rec, run.lease, str(exc))
+        except asyncio.CancelledError as exc:
+            return self._cancelled_outcome(run, exc)
+        except BaseException as exc:
+            if span is not None:
+                span.record_exception(exc)
+            if run.ctx.is_cancelled():
+                # Stopped by us (timeout, shutdown, lost ownership), whatever it raised on the way out.
+                return self._cancelled_outcome(run, exc)
+            # A TimeoutError of the handler's own (an HTTP call, say) is an ordinary failure.
+            return self._failure_outcome(run, handler, exc)
 
     def _timeout_for(self, job_type: str) -> float:
         handler = self.app.handlers.get(job_type)

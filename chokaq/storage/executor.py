@@ -139,7 +139,7 @@ class Executor:
                 cursor.execute(rendered.sql, values, prepare=prepare)
             else:
                 cursor.execute(rendered.sql, values)
-            fetched = cursor.fetchall() if cursor.description else []
+            fetched = cursor.fetchall() if rendered.returns_rows or cursor.description else []
             return rendered.rows(fetched), cursor.rowcount
         except self.dialect.loaded_dbapi.Error as exc:
             raise self._wrapped(exc, link, cursor, rendered.sql, values) from exc

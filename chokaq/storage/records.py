@@ -72,6 +72,10 @@ HOT_ROW = (
 )
 
 
+# JobStatus by value: an enum call per claimed job costs more than the rest of its unpacking.
+_STATUSES = {s.value: s for s in JobStatus}
+
+
 def hot_record(row: Any) -> JobRecord:
     if tuple(row._fields) == HOT_ROW:
         return hot_record_from_values(row)
@@ -113,7 +117,7 @@ def hot_record_from_values(values: Any) -> JobRecord:
         created_by=created_by,
         last_modified_by=last_modified_by,
         created_at_utc=created_at_utc,
-        status=JobStatus(status),
+        status=_STATUSES[status] if status in _STATUSES else JobStatus(status),
         priority=priority,
         idempotency_key=idempotency_key,
         heartbeat_utc=heartbeat_utc,

@@ -13,10 +13,16 @@ log = logging.getLogger("chokaq.storage")
 
 # Seconds: how recent an ANALYZE spares a table whose rows merely changed (see refresh_statistics).
 STATISTICS_MIN_AGE = 10.0
+# Pages (8 KiB each): below this a table is too small for its plan to matter, about 1,000 small jobs.
+GROWN_MIN_PAGES = 16
 
+# The row counts come from the cumulative statistics, which a backend reports up to ten seconds
+# late (it holds them back while it flushed in the last second); the table's size on disk is
+# current the moment rows are written.
 _STALENESS = text(
     "SELECT s.n_mod_since_analyze, s.n_live_tup, c.reltuples, "
-    "EXTRACT(EPOCH FROM now() - GREATEST(s.last_analyze, s.last_autoanalyze)) "
+    "EXTRACT(EPOCH FROM now() - GREATEST(s.last_analyze, s.last_autoanalyze)), "
+    "pg_relation_size(c.oid) / current_setting('block_size')::int, c.relpages "
     "FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
     "WHERE s.schemaname = :schema AND s.relname = :table"
 )
@@ -31,10 +37,12 @@ def refresh_statistics(tx: Transactions, *, min_age: float = STATISTICS_MIN_AGE)
     the fetch index, so each claim costs O(backlog) until autovacuum catches up, which takes
     up to autovacuum_naptime (a minute by default).
 
-    Two triggers. The table holds more than twice the rows the planner last counted (and
-    over 1,000): that is a burst, and it is analysed at once. Otherwise more than 10% of it
-    (and 1,000 rows) changed since the last ANALYZE: analysed only if that was over
-    ``min_age`` seconds ago, so a busy queue is not analysed every second.
+    Two triggers. A burst is analysed at once: the table holds more than twice the rows the
+    planner last counted (and over 1,000), or its file has grown to more than twice the pages
+    the planner last counted (and over 16). The file's size is what shows a burst in the first
+    seconds, before the row counts are reported. Otherwise more than 10% of it (and 1,000 rows)
+    changed since the last ANALYZE: analysed only if that was over ``min_age`` seconds ago, so
+    a busy queue is not analysed every second.
     """
     row = tx.read(
         lambda c: c.execute(_STALENESS, {"schema": SCHEMA, "table": jobs_hot.name}).first(),
@@ -43,7 +51,8 @@ def refresh_statistics(tx: Transactions, *, min_age: float = STATISTICS_MIN_AGE)
     if row is None:
         return False
     changed, live, planned, age = int(row[0]), int(row[1]), max(float(row[2]), 0.0), row[3]
-    grown = live > max(1000, 2 * planned)
+    pages, planned_pages = int(row[4]), max(int(row[5]), 0)
+    grown = live > max(1000, 2 * planned) or pages > max(GROWN_MIN_PAGES, 2 * planned_pages)
     drifted = changed > max(1000, 0.1 * live) and (age is None or float(age) > min_age)
     if not (grown or drifted):
         return False
@@ -51,11 +60,14 @@ def refresh_statistics(tx: Transactions, *, min_age: float = STATISTICS_MIN_AGE)
     # SKIP_LOCKED: when another worker is already analysing, that one is enough.
     tx.write_one(lambda c: c.exec_driver_sql(f"ANALYZE (SKIP_LOCKED) {table}"), op="analyze")
     log.info(
-        "refreshed planner statistics of %s (%s: ~%d rows, %.0f at the last count, %d changed since)",
+        "refreshed planner statistics of %s (%s: ~%d rows and %d pages, %.0f and %d at the last count, "
+        "%d changed since)",
         table,
         "grown" if grown else "changed",
         live,
+        pages,
         planned,
+        planned_pages,
         changed,
     )
     return True

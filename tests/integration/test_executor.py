@@ -57,8 +57,9 @@ def hot_statements(dialect: str) -> list[tuple[str, Any, dict[str, Any]]]:
     return out
 
 
-def sent_by_sqlalchemy(storage: Storage, stmt: Any, params: dict[str, Any]) -> tuple[str, Any]:
-    """What SQLAlchemy hands the driver for ``stmt`` (run in a transaction that is rolled back)."""
+def sent_by_sqlalchemy(storage: Storage, stmt: Any, params: dict[str, Any]) -> tuple[str, Any, bool]:
+    """What SQLAlchemy hands the driver for ``stmt`` (run in a transaction that is rolled back),
+    and whether rows came back."""
     seen: list[tuple[str, Any]] = []
 
     def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, _many: bool) -> None:
@@ -67,20 +68,22 @@ def sent_by_sqlalchemy(storage: Storage, stmt: Any, params: dict[str, Any]) -> t
     event.listen(storage.engine, "before_cursor_execute", capture)
     try:
         with storage.engine.connect() as conn, conn.begin() as tx:
-            conn.execute(stmt, params)
+            returns_rows = conn.execute(stmt, params).returns_rows
             tx.rollback()
     finally:
         event.remove(storage.engine, "before_cursor_execute", capture)
     ((statement, parameters),) = [s for s in seen if not s[0].startswith("BEGIN")]
-    return statement, parameters
+    return statement, parameters, returns_rows
 
 
 def test_the_executor_sends_the_text_and_parameters_sqlalchemy_sends(storage: Storage) -> None:
     storage.ping()  # the dialect is initialised (SQLite's default schema name) before rendering
     for name, stmt, params in hot_statements(storage.dialect):
-        sql, parameters = sent_by_sqlalchemy(storage, stmt, params)
+        sql, parameters, returns_rows = sent_by_sqlalchemy(storage, stmt, params)
         rendered = storage.tx.executor.rendered(stmt, params)
         assert rendered.sql == sql, name
+        # PostgreSQL's rows are fetched without reading the cursor's description first.
+        assert rendered.returns_rows is (returns_rows and storage.dialect == "postgresql"), name
         bound = rendered.bind(params)
         if storage.dialect == "postgresql":
             # Lists go as one array literal (the same array once the server casts it).
@@ -147,6 +150,8 @@ def test_an_id_list_bound_as_an_array_literal_is_the_same_array_on_the_server(pg
         assert array_literal(["a", 'b"']) == ["a", 'b"']  # the driver's dumper takes these
         assert array_literal(["a\\"]) == ["a\\"]
         assert array_literal(["a", "b"]) == '{"a","b"}'
+        assert array_literal(["a", 1]) == ["a", 1]  # not all strings: the dumper's business
+        assert array_literal(("a",)) == ("a",)
     finally:
         s.close()
 
