@@ -341,10 +341,29 @@ class StatementCounter:
 # --------------------------------------------------------------------------- the app
 
 
+def event_loop() -> str | None:
+    """The worker's Execution.EventLoop here: uvloop, chokaq's documented fast setting (pgqueuer and
+    oban-py run on uvloop here too), when it is installed and this checkout has the setting;
+    CHOKAQ_BENCH_EVENT_LOOP=asyncio|uvloop overrides. None: the checkout predates the setting."""
+    from chokaq.settings import ExecutionSettings
+
+    if "event_loop" not in ExecutionSettings.model_fields:
+        return None
+    wanted = os.environ.get("CHOKAQ_BENCH_EVENT_LOOP")
+    if wanted:
+        return wanted
+    import importlib.util
+
+    return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+
+
 def make_app(url: str, concurrency: int, batch: int, **extra: Any) -> Any:
     from chokaq import ChokaQ
 
     cfg: dict[str, Any] = {"execution": {"concurrency": concurrency, "fetch_batch_size": batch}}
+    loop = event_loop()
+    if loop is not None:
+        cfg["execution"]["event_loop"] = loop
     for key, value in extra.items():
         cfg.setdefault(key, {}).update(value)
     app = ChokaQ(storage_url=url, **cfg)
@@ -603,6 +622,7 @@ def versions() -> dict[str, str]:
         "sqlalchemy": package_version("sqlalchemy"),
         "psycopg": package_version("psycopg"),
         "python": sys.version.split()[0],
+        "event_loop": event_loop() or "asyncio (no Execution.EventLoop)",
     }
 
 

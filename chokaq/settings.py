@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from chokaq.domain.errors import ConfigurationError
 from chokaq.operations.rules import check_zombie_timeout
 from chokaq.redact import redact
+from chokaq.runtime.loops import EventLoopName, available
 
 DEFAULT_STORAGE_URL = "sqlite:///./chokaq.db"
 ENV_PREFIX = "CHOKAQ_"
@@ -42,6 +43,21 @@ class ExecutionSettings(BaseModel):
         description="Execution.HealthFile: where a worker keeps its health for `chokaq health` (the container "
         "health check); unhealthy once the database has been unreachable for longer than Storage.OutageTolerance",
     )
+
+    event_loop: EventLoopName = Field(
+        default="asyncio",
+        description="Execution.EventLoop: the loop of a worker that runs its own (`chokaq worker`, Worker.run): "
+        "asyncio, or uvloop (pip install 'chokaq[uvloop]'), which costs less per job",
+    )
+
+    @model_validator(mode="after")
+    def _event_loop_installed(self) -> ExecutionSettings:
+        if not available(self.event_loop):
+            raise ValueError(
+                f"Execution.EventLoop is {self.event_loop!r} but {self.event_loop} is not installed "
+                "(pip install 'chokaq[uvloop]')"
+            )
+        return self
 
     @model_validator(mode="after")
     def _interval_order(self) -> ExecutionSettings:

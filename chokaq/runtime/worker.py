@@ -38,6 +38,7 @@ from chokaq.runtime.deadlines import Deadlines
 from chokaq.runtime.handlers import CANCEL_SHUTDOWN, CANCEL_TIMEOUT, CancelReason, Handler, JobContext
 from chokaq.runtime.health import write_health_forever
 from chokaq.runtime.heartbeat import Heartbeat
+from chokaq.runtime.loops import loop_factory
 from chokaq.runtime.outage import Outage, backoff
 from chokaq.runtime.outcomes import Outcome
 from chokaq.runtime.reconcile import Reconciler
@@ -238,7 +239,9 @@ class Worker:
 
     # ------------------------------------------------------------------ lifecycle
     def run(self, *, install_signals: bool = True) -> None:
-        asyncio.run(self.run_async(install_signals=install_signals))
+        """Run on a loop of its own (Execution.EventLoop) until stopped."""
+        with asyncio.Runner(loop_factory=loop_factory(self.settings.execution.event_loop)) as runner:
+            runner.run(self.run_async(install_signals=install_signals))
 
     async def run_async(self, *, install_signals: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
