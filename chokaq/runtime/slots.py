@@ -159,7 +159,10 @@ class Slots:
         would renew the lease the lost start stamped, and the sweep would bury jobs that never
         ran. Heartbeating these is harmless when the start did not commit: the heartbeat is
         fenced on Processing at that attempt, so it matches no Fetched row."""
-        return [Lease(job_id, worker_id, attempt) for job_id, attempt in self.unsure.items()]
+        # A job running here has its own lease in the beat; listing it twice at two attempts
+        # could drop one (SQL Server's fence keeps one attempt per id).
+        running = self.running
+        return [Lease(job_id, worker_id, attempt) for job_id, attempt in self.unsure.items() if job_id not in running]
 
     def requeue(self, batch: list[JobRecord]) -> None:
         """A start that failed: its jobs go back to the front of the buffer."""

@@ -665,15 +665,18 @@ class Worker:
     async def _shutdown(self) -> None:
         ex = self.settings.execution
         pending = self.slots.take_buffer()
-        if any(j.id in self.slots.unsure for j in pending):
-            # A start of some of these may have committed unheard: the release cannot move those
-            # (they are Processing), and the reconcile below gives them back to Pending.
+        unsure = set(self.slots.unsure)
+        if unsure:
+            # A start may have committed unheard: of jobs back in the buffer (the release cannot
+            # move those, they are Processing), or of a batch whose start was cancelled in flight
+            # (a cancelled run_async). The reconcile below gives them back to Pending.
             self.reconciler.suspect()
         if pending:
             try:
                 released = await self._db(self.storage.release, self.id, [j.lease for j in pending])
                 log.info("released %d buffered jobs to Pending", len(released))
-                self._conflict("release", len(pending) - len(released))
+                # Not released and not unsure: taken from us. The unsure ones are the reconcile's.
+                self._conflict("release", len({j.id for j in pending} - set(released) - unsure))
             except Exception:
                 log.exception("release failed; the sweep will return them after Recovery.FetchedJobTimeout")
         tasks = [r.task for r in self.slots.running.values() if r.task is not None and not r.task.done()]

@@ -28,9 +28,26 @@ _STALENESS = text(
 )
 
 
-def refresh_statistics(tx: Transactions, *, min_age: float = STATISTICS_MIN_AGE) -> bool:
+class StatisticsCheck:
+    """The check for one Storage. It remembers the file's size at the last ANALYZE it ran: where
+    that ANALYZE cannot update the planner's page count (a role that does not own the table gets
+    a warning and nothing analysed), the size trigger would otherwise fire on every check, for as
+    long as the file stays big, which it does after the burst has drained."""
+
+    def __init__(self, tx: Transactions) -> None:
+        self.tx = tx
+        self.analysed_pages = 0
+
+    def refresh(self, *, min_age: float = STATISTICS_MIN_AGE) -> bool:
+        ran = refresh_statistics(self.tx, min_age=min_age, analysed_pages=self.analysed_pages)
+        if ran is not None:
+            self.analysed_pages = ran
+        return ran is not None
+
+
+def refresh_statistics(tx: Transactions, *, min_age: float = STATISTICS_MIN_AGE, analysed_pages: int = 0) -> int | None:
     """PostgreSQL only: ANALYZE JobsHot when the planner's picture of it is stale. Returns
-    whether it did. Busy workers call it about once a second.
+    the file's size in pages if it did, else None. Busy workers call it about once a second.
 
     A burst into a new or quiet table leaves the planner believing there are almost no
     Pending rows. It then claims by reading and sorting every Pending row instead of walking
@@ -49,13 +66,13 @@ def refresh_statistics(tx: Transactions, *, min_age: float = STATISTICS_MIN_AGE)
         op="statistics_check",
     )
     if row is None:
-        return False
+        return None
     changed, live, planned, age = int(row[0]), int(row[1]), max(float(row[2]), 0.0), row[3]
     pages, planned_pages = int(row[4]), max(int(row[5]), 0)
-    grown = live > max(1000, 2 * planned) or pages > max(GROWN_MIN_PAGES, 2 * planned_pages)
+    grown = live > max(1000, 2 * planned) or pages > max(GROWN_MIN_PAGES, 2 * planned_pages, 2 * analysed_pages)
     drifted = changed > max(1000, 0.1 * live) and (age is None or float(age) > min_age)
     if not (grown or drifted):
-        return False
+        return None
     table = tx.engine.dialect.identifier_preparer.format_table(jobs_hot)
     # SKIP_LOCKED: when another worker is already analysing, that one is enough.
     tx.write_one(lambda c: c.exec_driver_sql(f"ANALYZE (SKIP_LOCKED) {table}"), op="analyze")
@@ -70,4 +87,4 @@ def refresh_statistics(tx: Transactions, *, min_age: float = STATISTICS_MIN_AGE)
         planned_pages,
         changed,
     )
-    return True
+    return pages

@@ -38,7 +38,7 @@ from chokaq.storage.records import hot_record
 from chokaq.storage.schema import jobs_archive, jobs_dlq, jobs_hot
 from chokaq.storage.sqlfuncs import utcnow
 from chokaq.storage.statements import FETCHED, PROCESSING, MoveStatements, fence_params
-from chokaq.storage.statistics import STATISTICS_MIN_AGE, refresh_statistics
+from chokaq.storage.statistics import STATISTICS_MIN_AGE, StatisticsCheck
 from chokaq.storage.transactions import Ambiguity, Transactions
 from chokaq.storage.wakeups import Announcer, Wakeups
 from chokaq.storage.wakeups import notify as _notify
@@ -90,6 +90,7 @@ class Storage:
         self.queue_cache = QueueCache()
         self.wakeups = Wakeups()
         self.lost_replies = LostReplies(self.tx)
+        self._statistics = StatisticsCheck(self.tx)
         self._enqueuer = Enqueuer(self.tx, self.queue_cache, self.wakeups)
         self._claimer = Claimer(self.tx, self.queue_cache)
 
@@ -376,7 +377,7 @@ class Storage:
         whether it did (see :func:`chokaq.storage.statistics.refresh_statistics`)."""
         if not self.supports_statistics_refresh:
             return False
-        return refresh_statistics(self.tx, min_age=min_age)
+        return self._statistics.refresh(min_age=min_age)
 
     # ------------------------------------------------------------------ recovery sweep
     def sweep(

@@ -4,7 +4,9 @@ under the worker's id with nobody holding it (found in review; each test fails b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import threading
 import time
 from typing import Any
 
@@ -193,6 +195,61 @@ def test_a_worker_stopping_with_a_start_unheard_gives_its_jobs_back(db_url: str)
         wait_for(lambda: failing_until, timeout=30)  # the start committed, and failed
     finally:
         running.stop()
+    rec = app.storage.get_job(job)
+    assert rec is not None and (rec.location, rec.status, rec.worker_id) == (Location.HOT, JobStatus.PENDING, None)
+    assert rec.attempt_count == 0 and ran == []
+    # The release could not move it, and that is no conflict: the job was ours all along.
+    assert worker.counts.conflicts == 0, worker.counts
+    app.close()
+
+
+def test_a_worker_cancelled_during_a_start_gives_its_jobs_back(db_url: str) -> None:
+    # run_async cancelled (an embedder's task.cancel, a host's timeout) while a start is in
+    # flight: the start still commits in its thread, but the worker never hears of it and its
+    # jobs are neither buffered nor running any more. The shutdown must give them back.
+    app = make_app(db_url, storage={"listen_notify": False})
+    ran: list[str] = []
+
+    @app.job("slow")
+    async def slow(payload: dict[str, Any]) -> None:
+        await asyncio.sleep(0.3)  # holds the only slot, so t is claimed into the buffer
+
+    @app.job("t")
+    def t(payload: dict[str, Any], ctx: Any) -> None:
+        ran.append(ctx.job_id)
+
+    app.storage.enqueue(EnqueueRequest(type="slow", priority=100))
+    job = app.storage.enqueue(EnqueueRequest(type="t"))[0]
+    worker = app.worker(concurrency=1)
+    in_start, release = threading.Event(), threading.Event()
+
+    def inject(op: str) -> None:
+        if op == "start" and not in_start.is_set():
+            other = Storage(db_url)  # the start commits, as the worker's own would ...
+            other.start(worker.id, [j for j in other.owned(worker.id) if j.status == JobStatus.FETCHED])
+            other.close()
+            in_start.set()
+            release.wait(30)  # ... and its reply is still on the way when the worker is cancelled
+            raise OperationalError("injected", {}, RuntimeError("reply lost"))
+
+    app.storage.fault_injector = inject
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(worker.run_async())
+
+    def run() -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            loop.run_until_complete(task)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        assert in_start.wait(30)
+        loop.call_soon_threadsafe(task.cancel)
+        wait_for(task.done, timeout=30)  # cancelled: the shutdown ran, with the start unanswered
+    finally:
+        release.set()
+        thread.join(30)
+        loop.close()
     rec = app.storage.get_job(job)
     assert rec is not None and (rec.location, rec.status, rec.worker_id) == (Location.HOT, JobStatus.PENDING, None)
     assert rec.attempt_count == 0 and ran == []

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 
 from chokaq import ChokaQ
 from chokaq.domain.models import EnqueueRequest
+from chokaq.storage import Storage
 from chokaq.storage.statements import claim_statement
 from tests.helpers import wait_for
 
@@ -92,6 +94,38 @@ def test_a_burst_is_analysed_before_its_rows_are_reported(pg_url: str) -> None:
     # Analysed at that size: the same file is not analysed again.
     assert app.storage.refresh_statistics(min_age=3600) is False
     app.close()
+
+
+def relpages(app: ChokaQ) -> int:
+    sql = "SELECT relpages FROM pg_class WHERE oid = 'chokaq.\"JobsHot\"'::regclass"
+    return int(app.storage.read(lambda c: c.execute(text(sql)).scalar_one()))
+
+
+def test_an_analyse_that_cannot_take_effect_is_not_repeated(pg_url: str) -> None:
+    # A worker whose role does not own JobsHot: PostgreSQL skips its ANALYZE with a warning, so
+    # the planner's page count never catches up with the file. The check tries once per doubling
+    # of the file, not on every check for as long as the file stays big.
+    app = ChokaQ(storage_url=pg_url)
+    app.storage.upgrade()
+    app.storage.write(lambda c: c.execute(text('ALTER TABLE chokaq."JobsHot" SET (autovacuum_enabled = false)')))
+    app.storage.enqueue_many([EnqueueRequest(type="t", payload="{}") for _ in range(3000)])
+    role = f"chokaq_reader_{uuid.uuid4().hex[:8]}"
+    grants = [
+        f"CREATE ROLE {role} LOGIN",
+        f"GRANT USAGE ON SCHEMA chokaq TO {role}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA chokaq TO {role}",
+    ]
+    app.storage.write(lambda c: [c.execute(text(g)) for g in grants])
+    reader = Storage(make_url(pg_url).set(username=role).render_as_string(hide_password=False))
+    try:
+        assert reader.refresh_statistics() is True  # the file grew: it tries
+        assert relpages(app) == 0  # and nothing was analysed
+        assert reader.refresh_statistics() is False
+        assert reader.refresh_statistics() is False
+    finally:
+        reader.close()
+        app.storage.write(lambda c: [c.execute(text(f"DROP OWNED BY {role}")), c.execute(text(f"DROP ROLE {role}"))])
+        app.close()
 
 
 def test_growth_is_analysed_at_once_drift_only_after_a_while(pg_url: str) -> None:
