@@ -69,6 +69,11 @@ class Heartbeat:
             alive = await self._write([r.lease for r in runs] + unsure)
         except Exception as exc:
             self.outage.failed("heartbeat", exc)
+            if not runs:
+                # Only leases of starts that may have committed unheard: no handler runs, so this
+                # is not a failure HeartbeatFailureThreshold counts (it would cancel the handler
+                # started next on its first failed beat).
+                return
             self.failures += 1
             ins = instruments()
             for r in runs:
