@@ -35,9 +35,13 @@ def changed_since_analyze(app: ChokaQ) -> int:
     return int(app.storage.read(lambda c: c.execute(text(sql)).scalar_one()))
 
 
-def burst(app: ChokaQ, n: int = 20_000) -> None:
-    # Autovacuum must not analyse the table behind the test's back (it may visit at any moment).
+def without_autovacuum(app: ChokaQ) -> None:
+    """Autovacuum must not analyse the table behind the test's back (it may visit at any moment)."""
     app.storage.write(lambda c: c.execute(text('ALTER TABLE chokaq."JobsHot" SET (autovacuum_enabled = false)')))
+
+
+def burst(app: ChokaQ, n: int = 20_000) -> None:
+    without_autovacuum(app)
     for _ in range(n // 4000):
         app.storage.enqueue_many([EnqueueRequest(type="t", payload="{}") for _ in range(4000)])
     # Backends report their counts about once a second.
@@ -75,7 +79,7 @@ def test_a_burst_is_analysed_before_its_rows_are_reported(pg_url: str) -> None:
     # the sorting plan all along if the check waited for the counts. The file's size shows it at once.
     app = ChokaQ(storage_url=pg_url)
     app.storage.upgrade()
-    app.storage.write(lambda c: c.execute(text('ALTER TABLE chokaq."JobsHot" SET (autovacuum_enabled = false)')))
+    without_autovacuum(app)
     rows = (
         'INSERT INTO chokaq."JobsHot" ("Id", "Queue", "Type", "Payload", "ScheduledAtUtc", "CreatedAtUtc", '
         "\"LastUpdatedUtc\") SELECT 'b-' || :tag || '-' || g, 'default', 't', '{}', now(), now(), now() "
@@ -107,7 +111,7 @@ def test_an_analyse_that_cannot_take_effect_is_not_repeated(pg_url: str) -> None
     # of the file, not on every check for as long as the file stays big.
     app = ChokaQ(storage_url=pg_url)
     app.storage.upgrade()
-    app.storage.write(lambda c: c.execute(text('ALTER TABLE chokaq."JobsHot" SET (autovacuum_enabled = false)')))
+    without_autovacuum(app)
     app.storage.enqueue_many([EnqueueRequest(type="t", payload="{}") for _ in range(3000)])
     role = f"chokaq_reader_{uuid.uuid4().hex[:8]}"
     grants = [
