@@ -114,6 +114,9 @@ class ProxyStats:
     refused_windows: int = 0
     blackholed_windows: int = 0
     delayed_chunks: int = 0
+    # Replies that ended a request (PostgreSQL's ReadyForQuery, TDS's end of message) on links
+    # past their start-up: the round trips the client made.
+    replies: int = 0
     # Connections accepted, per window kind, for the tests of the proxy itself.
     accepted_while_blackholed: int = 0
     details: list[str] = field(default_factory=list)
@@ -357,8 +360,11 @@ class FaultProxy:
                 return
             if link.blackholed:
                 continue
+            ready = link.ready
             ends = link.framer.feed(data)
             link.ends_seen += ends
+            if ready:
+                self.stats.replies += ends
             if link.swallowing is not None:
                 if ends:
                     # The whole reply was read and dropped: the request ran, the client never hears.

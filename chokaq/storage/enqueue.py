@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from sqlalchemy import Connection, false, insert, literal_column, null, select
+from sqlalchemy import Connection, false, insert, literal_column, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.sql.elements import Null
 from ulid import ULID
 
 from chokaq.domain.models import EnqueueRequest
@@ -16,6 +15,7 @@ from chokaq.storage.queues import QueueCache
 from chokaq.storage.schema import SCHEMA, jobs_hot
 from chokaq.storage.sqlfuncs import seconds, utc_offset, utcnow
 from chokaq.storage.statements import PENDING
+from chokaq.storage.statements.enqueue import enqueue_params, statement_for
 from chokaq.storage.transactions import Transactions
 from chokaq.storage.wakeups import Wakeups, notify
 
@@ -30,11 +30,6 @@ def bind(conn: Connection) -> Connection:
     if conn.dialect.name == "sqlite":
         conn.execution_options(schema_translate_map={SCHEMA: None})
     return conn
-
-
-def _value_or_null(value: str | None) -> str | Null:
-    """``value`` as a parameter, or NULL in the statement text when it is None."""
-    return null() if value is None else value
 
 
 def _stored(c: Connection, ids: Sequence[str]) -> set[str]:
@@ -55,52 +50,40 @@ class Enqueuer:
     ) -> tuple[str, bool]:
         """See :meth:`Storage.enqueue`."""
         job_id = job_id or new_job_id()
+        stmt = statement_for(req, notify=self.tx.dialect == "postgresql")
+        params = enqueue_params(job_id, req)
+        # A job without a key, for a queue this process knows has its row, is one INSERT (with
+        # its NOTIFY): run alone it needs no transaction, so it costs one round trip, not four.
+        single = conn is None and req.idempotency_key is None and self.queue_cache.knows(req.queue)
 
         def work(c: Connection) -> tuple[str, bool]:
             if conn is None and self.tx.replaying() and _stored(c, [job_id]):
                 # The first attempt committed and its reply was lost; the job may have run and
                 # left JobsHot since, so inserting again could store it twice.
                 return job_id, True
-            self.queue_cache.ensure(c, req.queue)
-            stmt = insert(jobs_hot).values(
-                Id=job_id,
-                Queue=req.queue,
-                Type=req.type,
-                Payload=req.payload,
-                # NULL in the text, not a NULL parameter (a describe round trip on SQL Server).
-                Tags=_value_or_null(req.tags),
-                IdempotencyKey=_value_or_null(req.idempotency_key),
-                Priority=req.priority,
-                Status=PENDING,
-                AttemptCount=0,
-                ScheduledAtUtc=utc_offset(seconds(req.delay_seconds)) if req.delay_seconds else utcnow(),
-                CreatedAtUtc=utcnow(),
-                LastUpdatedUtc=utcnow(),
-                CreatedBy=_value_or_null(req.created_by),
-                ZombieRetry=False,
-            )
+            if not single:
+                self.queue_cache.ensure(c, req.queue)
             if req.idempotency_key is None:
-                c.execute(stmt)
-            else:
-                by_key = select(jobs_hot.c.Id).where(jobs_hot.c.IdempotencyKey == req.idempotency_key)
+                c.execute(stmt, params)
+                return job_id, True
+            by_key = select(jobs_hot.c.Id).where(jobs_hot.c.IdempotencyKey == req.idempotency_key)
+            existing = c.execute(by_key).scalar()
+            if existing is not None:
+                # Our own id: a replay after a lost COMMIT reply meets the job this call stored.
+                return existing, existing == job_id
+            try:
+                with c.begin_nested():
+                    c.execute(stmt, params)
+            except IntegrityError:
                 existing = c.execute(by_key).scalar()
-                if existing is not None:
-                    # Our own id: a replay after a lost COMMIT reply meets the job this call stored.
-                    return existing, existing == job_id
-                try:
-                    with c.begin_nested():
-                        c.execute(stmt)
-                except IntegrityError:
-                    existing = c.execute(by_key).scalar()
-                    if existing is None:
-                        raise
-                    return existing, existing == job_id
-            notify(c, req.queue)
+                if existing is None:
+                    raise
+                return existing, existing == job_id
             return job_id, True
 
         if conn is not None:
             return work(bind(conn))
-        result = self.tx.write(work, op="enqueue")
+        result = self.tx.write_one(work, op="enqueue") if single else self.tx.write(work, op="enqueue")
         self.wakeups.announce({req.queue: float(req.delay_seconds)})
         return result
 

@@ -66,6 +66,10 @@ class QueueCache:
         self._known: set[str] = set()
         self._limited: tuple[float, list[str]] = (0.0, [])
 
+    def knows(self, name: str) -> bool:
+        """Whether this process has seen ``name``'s row (so :meth:`ensure` would do nothing)."""
+        return name in self._known
+
     def ensure(self, conn: Connection, name: str) -> None:
         """Create the queue row unless this process has seen it."""
         if name in self._known:

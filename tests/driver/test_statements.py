@@ -82,6 +82,19 @@ def test_claim_start_heartbeat_complete_are_one_round_trip_each(mssql: Storage, 
     assert "BEGIN TRANSACTION" in body and "COMMIT TRANSACTION" in body
 
 
+def test_an_enqueue_to_a_known_queue_is_one_round_trip(mssql: Storage, recorder: Recorder) -> None:
+    mssql.enqueue(EnqueueRequest(type="t", queue="mail"))  # the queue's row: a transaction of its own
+    recorder.clear()
+    payload = json.dumps({"text": "任务" * 10})
+    mssql.enqueue(EnqueueRequest(type="t", queue="mail", payload=payload, tags="x", delay_seconds=2.5))
+    insert = assert_one_statement(recorder, "enqueue")  # no COMMIT: autocommit, as the claim
+    assert insert.sql.startswith("INSERT INTO chokaq.[JobsHot]")
+    assert "[IdempotencyKey]" in insert.sql and "NULL" in insert.sql  # no key: NULL in the text
+    assert insert.inputsizes is not None
+    assert insert.inputsizes[insert.params[0].index(payload)] == (SQL_WVARCHAR, 0, 0)  # NVARCHAR(max)
+    assert "CAST(? AS FLOAT)" in insert.sql and 2.5 in insert.params[0]
+
+
 def test_no_null_parameters_on_sql_server(mssql: Storage, recorder: Recorder) -> None:
     """pyodbc describes a NULL parameter with a server round trip: NULLs go in as SQL NULL."""
     pin_limited_queues(mssql)
