@@ -455,7 +455,9 @@ class Worker:
             with self.slots.claiming(want, start=start_now):
                 jobs = await self.reconciler.move(claim)
         except Exception as exc:
-            delay = backoff(self._fetch_failures, base=self._poll_interval())
+            # From the busy interval even while LISTEN is up: the idle one (seconds) would stall
+            # the worker after one failed claim, though the failure says nothing about new jobs.
+            delay = backoff(self._fetch_failures, base=self.settings.storage.polling_interval)
             self._fetch_failures += 1
             self.outage.failed("claim", exc, delay)
             await self._sleep(delay)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
+from chokaq import ChokaQ
 from chokaq.domain.models import EnqueueRequest
 from chokaq.runtime.sweeper import sweep_forever, sweep_outlasting
 from chokaq.settings import StorageSettings, load_settings
@@ -113,3 +116,38 @@ def test_the_sweep_loop_outlives_an_outage(pg_url: str, fault_proxy: Proxy) -> N
         loop.join(10)
     s.close()
     direct.close()
+
+
+def test_a_failed_claim_backs_off_from_the_polling_interval_while_listen_is_up(pg_url: str) -> None:
+    # Listening, the worker looks for work only every IdlePollingInterval. A claim that failed
+    # says nothing about new jobs: its retry backs off from PollingInterval, as without LISTEN.
+    app = ChokaQ(storage_url=pg_url, storage={"polling_interval": 0.5, "idle_polling_interval": 4.0})
+    app.storage.upgrade()
+    worker = app.worker()
+    seen: list[tuple[str, float]] = []
+    failed = worker.outage.failed
+
+    def record(where: str, exc: BaseException, delay: float) -> None:
+        seen.append((where, delay))
+        failed(where, exc, delay)
+
+    def inject(op: str) -> None:
+        if op == "fetch" and worker._listening.is_set():
+            app.storage.fault_injector = None
+            raise OperationalError("injected", {}, RuntimeError("claim failed"))
+
+    worker.outage.failed = record  # type: ignore[method-assign]
+    app.storage.fault_injector = inject
+
+    async def scenario() -> None:
+        task = asyncio.create_task(worker.run_async())
+        deadline = time.monotonic() + 30
+        while not seen and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        worker.stop()
+        await task
+
+    asyncio.run(scenario())
+    app.close()
+    assert seen and seen[0][0] == "claim", seen
+    assert seen[0][1] <= 0.5, seen  # backoff(0) from 0.5 s: 0.25-0.5 s; from the idle 4 s it was 2-4 s
