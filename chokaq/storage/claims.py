@@ -97,11 +97,7 @@ class Claimer:
         limited = [n for n in self._limited_queues() if not queue_names or n in queue_names]
         # The main claim goes straight to the driver (see executor.py); rows in HOT_ROW order.
         query = claim_query(self.tx.dialect, worker_id, limit, queue_names, limited=False, options=opts)
-        claimed = (
-            []
-            if query is None
-            else [hot_record_from_values(r) for r in self.tx.driver(*query, op="fetch", prepare=False)]
-        )
+        claimed = [] if query is None else [hot_record_from_values(r) for r in self.tx.driver(*query, op="fetch")]
 
         def claim_limited(c: Connection) -> list[JobRecord]:
             more: list[JobRecord] = []

@@ -280,19 +280,3 @@ def test_a_broken_connection_retires_every_older_one_as_the_pool_would(pg_storag
     for t in threads:
         t.join()
     assert pids["a"][1] != pids["a"][0] and pids["b"][1] != pids["b"][0]
-
-
-def test_the_claim_is_never_prepared_while_moves_are(pg_storage: Storage) -> None:
-    # A prepared claim settles on a generic plan after five runs; the one PostgreSQL picks while
-    # JobsHot is unanalysed reads and sorts the whole backlog for every claim (a burst into a fresh
-    # table). The claim is planned per call; statements by key are prepared.
-    pg_storage.enqueue_many([EnqueueRequest(type="t", payload="{}") for _ in range(40)])
-    claimed = [job for _ in range(8) for job in pg_storage.fetch("w", 2)]  # past psycopg's threshold
-    assert len(claimed) == 16
-    done = [Completion(lease=job.lease, duration_ms=1.0) for job in claimed]
-    for one in done:
-        pg_storage.complete("w", [one])
-    link = pg_storage.tx.executor._local.link  # this thread's connection, where the statements ran
-    prepared = [r[0] for r in link.raw.execute("SELECT statement FROM pg_prepared_statements").fetchall()]
-    assert any('"JobsArchive"' in sql for sql in prepared), prepared  # the move is prepared
-    assert not any('"Status" = 0' in sql or "claim" in sql.lower() for sql in prepared), prepared

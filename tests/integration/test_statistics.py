@@ -3,6 +3,7 @@ again instead of sorting the whole backlog (Storage.RefreshStatistics)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -13,7 +14,9 @@ from sqlalchemy import make_url, text
 from chokaq import ChokaQ
 from chokaq.domain.models import EnqueueRequest
 from chokaq.storage import Storage
+from chokaq.storage.claims import ClaimOptions, claim_query
 from chokaq.storage.statements import claim_statement
+from chokaq.storage.store import Completion
 from tests.helpers import wait_for
 
 
@@ -220,4 +223,46 @@ def test_storage_names_what_it_supports(db_url: str) -> None:
     on_pg = db_url.startswith("postgresql")
     assert app.storage.supports_notify is on_pg
     assert app.storage.supports_statistics_refresh is on_pg
+    app.close()
+
+
+def prepared_claim_plan(storage: Storage) -> str:
+    """EXPLAIN of the prepared claim on this thread's hot-path connection, as a worker with two
+    free slots runs it (the claim into Fetched, all queues, nothing to skip)."""
+    import psycopg
+
+    link = storage.tx.executor._local.link  # this thread's connection, where the statements ran
+    names = [
+        r[0] for r in link.raw.execute("SELECT name, statement FROM pg_prepared_statements") if "SKIP LOCKED" in r[1]
+    ]
+    assert len(names) == 1, names  # the claim is prepared
+    stmt, params = claim_query("postgresql", "w", 2, None, limited=False, options=ClaimOptions(False, (), ()))
+    rendered = storage.tx.executor.rendered(stmt, params)
+    values = rendered.bind(params)
+    assert isinstance(values, dict)
+    order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", rendered.sql)))  # psycopg's $1, $2, ...
+    args = ", ".join(["%s"] * len(order))
+    rows = psycopg.ClientCursor(link.raw).execute(f"EXPLAIN EXECUTE {names[0]}({args})", [values[k] for k in order])
+    return "\n".join(r[0] for r in rows)
+
+
+def test_the_prepared_claim_is_planned_afresh_once_jobshot_is_analysed(pg_url: str) -> None:
+    # Every hot-path statement is prepared, the claim too. A burst into a never-analysed JobsHot
+    # is claimed with a plan that sorts the backlog, prepared or not; once the statistics check has
+    # analysed the table, PostgreSQL plans the prepared claim again, and it walks the fetch index.
+    app = ChokaQ(storage_url=pg_url)
+    app.storage.upgrade()
+    burst(app)
+    claimed = [job for _ in range(8) for job in app.storage.fetch("w", 2)]  # past the custom plans
+    assert len(claimed) == 16
+    for one in [Completion(lease=job.lease, duration_ms=1.0) for job in claimed]:
+        app.storage.complete("w", [one])
+    link = app.storage.tx.executor._local.link
+    prepared = [r[0] for r in link.raw.execute("SELECT statement FROM pg_prepared_statements").fetchall()]
+    assert any('"JobsArchive"' in sql for sql in prepared), prepared  # the move is prepared
+    assert 'Sort Key: cand."Priority" DESC' in prepared_claim_plan(app.storage)  # the backlog, sorted per claim
+    assert app.storage.refresh_statistics()
+    after = prepared_claim_plan(app.storage)
+    assert "Sort Key: cand." not in after, after
+    assert re.search(r'Index Scan using "IX_JobsHot_Fetch\w*" on "JobsHot" cand', after), after
     app.close()
