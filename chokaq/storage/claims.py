@@ -4,7 +4,7 @@ a lock on their queue row so their limit holds."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,9 +78,11 @@ def claim_query(
 class Claimer:
     """Claims for one Storage: its transactions and its cached list of MaxWorkers queues."""
 
-    def __init__(self, tx: Transactions, queue_cache: QueueCache) -> None:
+    def __init__(self, tx: Transactions, queue_cache: QueueCache, prepare: Callable[[], bool]) -> None:
         self.tx = tx
         self.queue_cache = queue_cache
+        # Whether the main claim may be prepared now (see Executor.run): where statistics are kept current.
+        self.prepare = prepare
 
     def _limited_queues(self) -> list[str]:
         """Queues with MaxWorkers, from the cache (see :meth:`QueueCache.limited`)."""
@@ -97,7 +99,8 @@ class Claimer:
         limited = [n for n in self._limited_queues() if not queue_names or n in queue_names]
         # The main claim goes straight to the driver (see executor.py); rows in HOT_ROW order.
         query = claim_query(self.tx.dialect, worker_id, limit, queue_names, limited=False, options=opts)
-        claimed = [] if query is None else [hot_record_from_values(r) for r in self.tx.driver(*query, op="fetch")]
+        rows = [] if query is None else self.tx.driver(*query, op="fetch", prepare=self.prepare())
+        claimed = [hot_record_from_values(r) for r in rows]
 
         def claim_limited(c: Connection) -> list[JobRecord]:
             more: list[JobRecord] = []

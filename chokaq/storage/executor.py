@@ -7,7 +7,7 @@ the pool's set-up: connect arguments and timeouts, SQL Server's login timeout, S
 token sign-in, SQLite's pragmas. Statements come from the same SQLAlchemy builders, rendered once
 per shape (executor_sql.py); rows come back as plain tuples, by position. On PostgreSQL they are
 prepared at their first use (SQLAlchemy's path prepares only after psycopg's fifth), the claim
-too: see :meth:`Executor.run`.
+where JobsHot's statistics are kept current: see :meth:`Executor.run`.
 
 Driver errors are raised as SQLAlchemy raises them (``DBAPIError.instance``, with
 ``connection_invalidated`` from the dialect's own disconnect test), so Storage's replay rules,
@@ -96,23 +96,23 @@ class Executor:
         return found
 
     # ----------------------------------------------------------------- running
-    def run(self, stmt: Any, params: Mapping[str, Any], *, sending: Callable[[], None]) -> Rows:
+    def run(self, stmt: Any, params: Mapping[str, Any], *, sending: Callable[[], None], prepare: bool = True) -> Rows:
         """Run one writing statement by itself (autocommit; SQLite in its own transaction) and
         return its rows. ``sending`` is called once the connection is there, just before the
         statement goes out: from then on a failure may come after the server ran it.
 
-        On PostgreSQL every statement is prepared, the claim included. Planning the claim is most
-        of its cost on an idle worker: 1.7 ms unprepared against 0.9 ms prepared, measured, which is
-        enqueue -> start latency. A prepared claim's plan depends on JobsHot's statistics as an
-        unprepared one's does: after a burst both sort the backlog until the table is analysed
-        (storage/statistics.py does that within about a second), and ANALYZE makes PostgreSQL plan
-        a prepared statement afresh (tests/integration/test_executor.py)."""
+        ``prepare`` (PostgreSQL): the claim is prepared only where the statistics check keeps
+        JobsHot's statistics current (Claimer). Planning is half of an idle claim (1.7 ms against
+        0.9 ms prepared, measured), which is enqueue -> start latency. But an unprepared claim is
+        planned from the table's current size every time, while a prepared one may run a generic
+        plan made when the table was small, until an ANALYZE makes PostgreSQL plan it again.
+        Statements by key (start, heartbeat, moves) have one plan and are always prepared."""
         if self._sqlite:
             with self.transaction(sending=sending) as tx:
                 return tx.run(stmt, params)[0]
         link = self._link()
         sending()
-        return self._execute(link, stmt, params)[0]
+        return self._execute(link, stmt, params, prepare=prepare)[0]
 
     @contextlib.contextmanager
     def transaction(self, *, sending: Callable[[], None]) -> Iterator[Transaction]:
@@ -129,7 +129,7 @@ class Executor:
             raise
         self._call(link, link.raw.commit)
 
-    def _execute(self, link: _Link, stmt: Any, params: Mapping[str, Any]) -> tuple[Rows, int]:
+    def _execute(self, link: _Link, stmt: Any, params: Mapping[str, Any], *, prepare: bool = True) -> tuple[Rows, int]:
         rendered = self.rendered(stmt, params)
         values = rendered.bind(params)
         cursor = link.raw.cursor()
@@ -137,7 +137,7 @@ class Executor:
             if rendered.inputsizes is not None:
                 cursor.setinputsizes(rendered.inputsizes)
             if self._pg:
-                cursor.execute(rendered.sql, values, prepare=True)
+                cursor.execute(rendered.sql, values, prepare=prepare)
             else:
                 cursor.execute(rendered.sql, values)
             fetched = cursor.fetchall() if rendered.returns_rows or cursor.description else []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from sqlalchemy import text
 
@@ -19,10 +20,12 @@ GROWN_MIN_PAGES = 16
 # The row counts come from the cumulative statistics, which a backend reports up to ten seconds
 # late (it holds them back while it flushed in the last second); the table's size on disk is
 # current the moment rows are written.
+# Whether this role may ANALYZE the table (its owner, a member of the owner's role, or a superuser).
 _STALENESS = text(
     "SELECT s.n_mod_since_analyze, s.n_live_tup, c.reltuples, "
     "EXTRACT(EPOCH FROM now() - GREATEST(s.last_analyze, s.last_autoanalyze)), "
-    "pg_relation_size(c.oid) / current_setting('block_size')::int, c.relpages "
+    "pg_relation_size(c.oid) / current_setting('block_size')::int, c.relpages, "
+    "pg_has_role(c.relowner, 'USAGE') "
     "FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
     "WHERE s.schemaname = :schema AND s.relname = :table"
 )
@@ -37,17 +40,66 @@ class StatisticsCheck:
     def __init__(self, tx: Transactions) -> None:
         self.tx = tx
         self.analysed_pages = 0
+        # Whether the last check found that this role can ANALYZE JobsHot (False until a check ran).
+        self.can_analyse = False
+
+    @property
+    def keeps_plans_current(self) -> bool:
+        """Whether this Storage's checks run and their ANALYZE takes effect, so a prepared claim's
+        cached plan is planned again soon after a burst. Without that, a generic plan made while
+        the table was small would outlive the burst until autovacuum analyses the table."""
+        return self.can_analyse
 
     def refresh(self, *, min_age: float = STATISTICS_MIN_AGE) -> bool:
-        ran = refresh_statistics(self.tx, min_age=min_age, analysed_pages=self.analysed_pages)
+        staleness = read_staleness(self.tx)
+        self.can_analyse = staleness is not None and staleness.can_analyse
+        ran = (
+            None
+            if staleness is None
+            else refresh_statistics(self.tx, min_age=min_age, analysed_pages=self.analysed_pages, staleness=staleness)
+        )
         if ran is not None:
             self.analysed_pages = ran
         return ran is not None
 
 
-def refresh_statistics(tx: Transactions, *, min_age: float = STATISTICS_MIN_AGE, analysed_pages: int = 0) -> int | None:
-    """PostgreSQL only: ANALYZE JobsHot when the planner's picture of it is stale. Returns
-    the file's size in pages if it did, else None. Busy workers call it about once a second.
+@dataclass(frozen=True, slots=True)
+class Staleness:
+    """What the planner believes of JobsHot against what it holds now."""
+
+    changed: int  # rows changed since the last ANALYZE (as reported: up to ten seconds late)
+    live: int  # live rows (as reported)
+    planned: float  # rows the planner last counted
+    age: float | None  # seconds since the last ANALYZE (None: never analysed)
+    pages: int  # the file's size now
+    planned_pages: int  # the file's size the planner last counted
+    can_analyse: bool  # this role may ANALYZE it
+
+
+def read_staleness(tx: Transactions) -> Staleness | None:
+    """One read of JobsHot's statistics (None: the table is not there)."""
+    row = tx.read(
+        lambda c: c.execute(_STALENESS, {"schema": SCHEMA, "table": jobs_hot.name}).first(),
+        op="statistics_check",
+    )
+    if row is None:
+        return None
+    return Staleness(
+        changed=int(row[0]),
+        live=int(row[1]),
+        planned=max(float(row[2]), 0.0),
+        age=None if row[3] is None else float(row[3]),
+        pages=int(row[4]),
+        planned_pages=max(int(row[5]), 0),
+        can_analyse=bool(row[6]),
+    )
+
+
+def refresh_statistics(
+    tx: Transactions, *, min_age: float = STATISTICS_MIN_AGE, analysed_pages: int = 0, staleness: Staleness
+) -> int | None:
+    """PostgreSQL only: ANALYZE JobsHot when the planner's picture of it (``staleness``) is stale.
+    Returns the file's size in pages if it did, else None. Busy workers call it about once a second.
 
     A burst into a new or quiet table leaves the planner believing there are almost no
     Pending rows. It then claims by reading and sorting every Pending row instead of walking
@@ -61,16 +113,11 @@ def refresh_statistics(tx: Transactions, *, min_age: float = STATISTICS_MIN_AGE,
     changed since the last ANALYZE: analysed only if that was over ``min_age`` seconds ago, so
     a busy queue is not analysed every second.
     """
-    row = tx.read(
-        lambda c: c.execute(_STALENESS, {"schema": SCHEMA, "table": jobs_hot.name}).first(),
-        op="statistics_check",
+    st = staleness
+    grown = st.live > max(1000, 2 * st.planned) or st.pages > max(
+        GROWN_MIN_PAGES, 2 * st.planned_pages, 2 * analysed_pages
     )
-    if row is None:
-        return None
-    changed, live, planned, age = int(row[0]), int(row[1]), max(float(row[2]), 0.0), row[3]
-    pages, planned_pages = int(row[4]), max(int(row[5]), 0)
-    grown = live > max(1000, 2 * planned) or pages > max(GROWN_MIN_PAGES, 2 * planned_pages, 2 * analysed_pages)
-    drifted = changed > max(1000, 0.1 * live) and (age is None or float(age) > min_age)
+    drifted = st.changed > max(1000, 0.1 * st.live) and (st.age is None or st.age > min_age)
     if not (grown or drifted):
         return None
     table = tx.engine.dialect.identifier_preparer.format_table(jobs_hot)
@@ -81,10 +128,10 @@ def refresh_statistics(tx: Transactions, *, min_age: float = STATISTICS_MIN_AGE,
         "%d changed since)",
         table,
         "grown" if grown else "changed",
-        live,
-        pages,
-        planned,
-        planned_pages,
-        changed,
+        st.live,
+        st.pages,
+        st.planned,
+        st.planned_pages,
+        st.changed,
     )
-    return pages
+    return st.pages

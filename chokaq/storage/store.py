@@ -92,7 +92,7 @@ class Storage:
         self.lost_replies = LostReplies(self.tx)
         self._statistics = StatisticsCheck(self.tx)
         self._enqueuer = Enqueuer(self.tx, self.queue_cache, self.wakeups)
-        self._claimer = Claimer(self.tx, self.queue_cache)
+        self._claimer = Claimer(self.tx, self.queue_cache, prepare=lambda: self._statistics.keeps_plans_current)
 
     # What this database offers the worker, asked by name rather than by dialect outside storage/.
     @property

@@ -98,14 +98,15 @@ class Transactions:
         """
         return self.run(fn, op=op, readonly=False, single=True)
 
-    def driver(self, stmt: Any, params: dict[str, Any], *, op: str) -> list[tuple[Any, ...]]:
+    def driver(self, stmt: Any, params: dict[str, Any], *, op: str, prepare: bool = True) -> list[tuple[Any, ...]]:
         """One hot-path writing statement straight through the driver (see executor.py), replayed
-        on transient errors and watched for lost replies exactly as :meth:`write_one` does."""
+        on transient errors and watched for lost replies exactly as :meth:`write_one` does.
+        ``prepare``: see :meth:`Executor.run`."""
 
         def sending() -> None:
             self._local.sent = True  # from here on a failure may come after the server ran it
 
-        return self.retrying(lambda: self.executor.run(stmt, params, sending=sending), op=op)
+        return self.retrying(lambda: self.executor.run(stmt, params, sending=sending, prepare=prepare), op=op)
 
     def run(self, fn: Callable[[Connection], T], *, op: str, readonly: bool, single: bool = False) -> T:
         """``fn`` in a transaction (``single``: one statement outside one), replayed on transient

@@ -129,6 +129,12 @@ def test_an_analyse_that_cannot_take_effect_is_not_repeated(pg_url: str) -> None
         assert relpages(app) == 0  # and nothing was analysed
         assert reader.refresh_statistics() is False
         assert reader.refresh_statistics() is False
+        # Nobody here keeps the statistics current, so the claim stays unprepared: planned per
+        # call from the table's current size, never a generic plan that outlives a burst.
+        assert len([job for _ in range(8) for job in reader.fetch("w", 2)]) == 16  # past psycopg's threshold
+        link = reader.tx.executor._local.link
+        prepared = [r[0] for r in link.raw.execute("SELECT statement FROM pg_prepared_statements")]
+        assert not any("SKIP LOCKED" in sql for sql in prepared), prepared
     finally:
         reader.close()
         app.storage.write(lambda c: [c.execute(text(f"DROP OWNED BY {role}")), c.execute(text(f"DROP ROLE {role}"))])
@@ -247,11 +253,14 @@ def prepared_claim_plan(storage: Storage) -> str:
 
 
 def test_the_prepared_claim_is_planned_afresh_once_jobshot_is_analysed(pg_url: str) -> None:
-    # Every hot-path statement is prepared, the claim too. A burst into a never-analysed JobsHot
-    # is claimed with a plan that sorts the backlog, prepared or not; once the statistics check has
-    # analysed the table, PostgreSQL plans the prepared claim again, and it walks the fetch index.
+    # Where the statistics check runs and this role may ANALYZE, the claim is prepared too. A
+    # burst into a never-analysed JobsHot is claimed with a plan that sorts the backlog, prepared or
+    # not; once the check has analysed the table, PostgreSQL plans the prepared claim again, and it
+    # walks the fetch index.
     app = ChokaQ(storage_url=pg_url)
     app.storage.upgrade()
+    without_autovacuum(app)
+    assert app.storage.refresh_statistics() is False  # a worker's first check: nothing to do yet
     burst(app)
     claimed = [job for _ in range(8) for job in app.storage.fetch("w", 2)]  # past the custom plans
     assert len(claimed) == 16
