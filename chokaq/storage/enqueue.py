@@ -3,10 +3,13 @@ when a replay follows a lost reply; the wake-ups go out after the commit."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from sqlalchemy import Connection, false, insert, literal_column, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql.dml import Insert
 from ulid import ULID
 
 from chokaq.domain.models import EnqueueRequest
@@ -37,6 +40,39 @@ def _stored(c: Connection, ids: Sequence[str]) -> set[str]:
     return {r[0] for r in c.execute(stored_ids_statement(), {"stored_ids": list(ids)})}
 
 
+def _insert_keyed(c: Connection, stmt: Insert, params: dict[str, Any], key: str, job_id: str) -> tuple[str, bool]:
+    """The INSERT of a job with an idempotency key: ``(id, created)``, the id stored under the key
+    when it is taken by a live job."""
+    by_key = select(jobs_hot.c.Id).where(jobs_hot.c.IdempotencyKey == key)
+    existing = c.execute(by_key).scalar()
+    if existing is not None:
+        # Our own id: a replay after a lost COMMIT reply meets the job this call stored.
+        return existing, existing == job_id
+    try:
+        with c.begin_nested():
+            c.execute(stmt, params)
+    except IntegrityError:
+        existing = c.execute(by_key).scalar()
+        if existing is None:
+            raise
+        return existing, existing == job_id
+    return job_id, True
+
+
+def _insert_replayed(c: Connection, stmt: Insert, params: dict[str, Any], job_id: str, *, savepoint: bool) -> None:
+    """A replay's INSERT, once the replay found the job not stored. The lost attempt's INSERT may
+    still be running on the server (its connection is gone, its statement is not: waiting for a
+    lock, say) and commit after that check; this INSERT then meets the job's own row. The job is
+    stored once: no error, which a caller would retry into a second job. ``savepoint``: inside a
+    transaction, which the failed INSERT must not abort."""
+    try:
+        with c.begin_nested() if savepoint else contextlib.nullcontext():
+            c.execute(stmt, params)
+    except IntegrityError:
+        if not _stored(c, [job_id]):
+            raise
+
+
 class Enqueuer:
     """Enqueue for one Storage: its transactions, queue cache and wake-ups."""
 
@@ -63,22 +99,12 @@ class Enqueuer:
                 return job_id, True
             if not single:
                 self.queue_cache.ensure(c, req.queue)
-            if req.idempotency_key is None:
+            if req.idempotency_key is not None:
+                return _insert_keyed(c, stmt, params, req.idempotency_key, job_id)
+            if conn is None and self.tx.replaying():
+                _insert_replayed(c, stmt, params, job_id, savepoint=not single)
+            else:
                 c.execute(stmt, params)
-                return job_id, True
-            by_key = select(jobs_hot.c.Id).where(jobs_hot.c.IdempotencyKey == req.idempotency_key)
-            existing = c.execute(by_key).scalar()
-            if existing is not None:
-                # Our own id: a replay after a lost COMMIT reply meets the job this call stored.
-                return existing, existing == job_id
-            try:
-                with c.begin_nested():
-                    c.execute(stmt, params)
-            except IntegrityError:
-                existing = c.execute(by_key).scalar()
-                if existing is None:
-                    raise
-                return existing, existing == job_id
             return job_id, True
 
         if conn is not None:

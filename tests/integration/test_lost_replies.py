@@ -3,11 +3,12 @@ request of the transaction at a time, COMMIT included."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from chokaq.domain.models import EnqueueRequest, Lease
 from chokaq.domain.states import FailureReason, JobStatus
@@ -16,6 +17,7 @@ from chokaq.storage import Storage
 from chokaq.storage.schema import jobs_archive, jobs_hot
 from chokaq.storage.store import Completion
 from tests.faultproxy import FaultProxy
+from tests.helpers import wait_for
 
 Proxy = Callable[[str], FaultProxy]
 # Requests in an enqueue with a key: BEGIN, the key lookup, SAVEPOINT, INSERT (its NOTIFY rides
@@ -161,9 +163,12 @@ def test_a_replayed_enqueue_does_not_store_again_a_job_that_already_ran(
     for n in range(REQUESTS):
         tag = f"ran-{n}-{many}"
         calls = _finish_it_before_the_replay(s, direct, "enqueue_many" if many else "enqueue")
-        # A single enqueue to a known queue is one request (its INSERT): its reply is lost every time.
-        done = proxy.arm_swallow(after=n if many else 0)
-        req = EnqueueRequest(type="t", queue="fast", tags=tag)
+        # A single enqueue to a known queue is one request (its INSERT): on even rounds its reply is
+        # lost. On odd rounds the queue is new: its row and the job go in one transaction, and the
+        # reply to its n-th request is lost.
+        one = not many and n % 2 == 0
+        done = proxy.arm_swallow(after=0 if one else n)
+        req = EnqueueRequest(type="t", queue="fast" if many or one else f"fast-{n}", tags=tag)
         job_id = s.enqueue_many([req])[0] if many else s.enqueue(req)[0]
         proxy.wait_swallowed(done, 0.5)
         proxy.disarm()
@@ -172,6 +177,64 @@ def test_a_replayed_enqueue_does_not_store_again_a_job_that_already_ran(
         assert total(direct, tag) == 1, (n, tag)
         assert direct.get_job(job_id) is not None
     assert replays >= 3
+    s.close()
+
+
+LATE = 4242  # the advisory lock that holds the lost attempt's INSERT back (see hold_inserts_back)
+
+
+def hold_inserts_back(direct: Storage, tag: str) -> None:
+    """A trigger that makes each INSERT of a job tagged ``tag`` wait for advisory lock LATE
+    before its row goes in. Lock waiters are served in order, so while a test holds the lock an
+    INSERT that started first also finishes first."""
+    ddl = [
+        f"""CREATE FUNCTION chokaq.hold_back() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN IF NEW."Tags" = '{tag}' THEN PERFORM pg_advisory_xact_lock({LATE}); END IF; RETURN NEW; END $$""",
+        'CREATE TRIGGER hold_back BEFORE INSERT ON chokaq."JobsHot" FOR EACH ROW EXECUTE FUNCTION chokaq.hold_back()',
+    ]
+    direct.write(lambda c: [c.execute(text(d)) for d in ddl])
+
+
+def lock_waiters(direct: Storage) -> int:
+    sql = (
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = :lock AND NOT granted "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
+    return int(direct.read(lambda c: c.execute(text(sql), {"lock": LATE}).scalar_one()))
+
+
+def test_a_replay_that_meets_its_own_late_insert_reports_the_job_stored(
+    pg_url: str, direct: Storage, fault_proxy: Proxy
+) -> None:
+    """The lost attempt's INSERT can still be running on the server when the replay asks whether it
+    committed, and commit afterwards: the replay's INSERT then meets the job's own row. That is one
+    job stored, not an error that a caller would retry into a second job."""
+    proxy = fault_proxy(pg_url)
+    s = through(proxy, pg_url)
+    s.enqueue(EnqueueRequest(type="warm"))  # the default queue's row: its jobs are one INSERT each
+    hold_inserts_back(direct, "late")
+    req = EnqueueRequest(type="t", tags="late")
+    outcome: list[Any] = []
+
+    def call() -> None:
+        try:
+            outcome.append(s.enqueue(req))
+        except Exception as exc:  # the assertion below shows it
+            outcome.append(exc)
+
+    with direct.engine.connect() as holder:
+        holder.execute(text("SELECT pg_advisory_lock(:lock)"), {"lock": LATE})
+        caller = threading.Thread(target=call)
+        caller.start()
+        wait_for(lambda: lock_waiters(direct) == 1)  # the first attempt's INSERT waits
+        proxy.cut_all()  # its connection is gone; its statement is not
+        wait_for(lambda: lock_waiters(direct) == 2)  # the replay found nothing stored, and inserts
+        holder.execute(text("SELECT pg_advisory_unlock(:lock)"), {"lock": LATE})
+        caller.join(30)
+    assert len(outcome) == 1 and not isinstance(outcome[0], Exception), outcome
+    job_id, created = outcome[0]
+    assert created and stored(direct, Tags="late") == 1
+    assert direct.get_job(job_id) is not None
     s.close()
 
 
