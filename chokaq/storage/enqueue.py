@@ -59,18 +59,21 @@ def _insert_keyed(c: Connection, stmt: Insert, params: dict[str, Any], key: str,
     return job_id, True
 
 
-def _insert_replayed(c: Connection, stmt: Insert, params: dict[str, Any], job_id: str, *, savepoint: bool) -> None:
-    """A replay's INSERT, once the replay found the job not stored. The lost attempt's INSERT may
-    still be running on the server (its connection is gone, its statement is not: waiting for a
-    lock, say) and commit after that check; this INSERT then meets the job's own row. The job is
-    stored once: no error, which a caller would retry into a second job. ``savepoint``: inside a
-    transaction, which the failed INSERT must not abort."""
+def _insert_replayed(c: Connection, stmt: Insert, params: Any, ids: Sequence[str], *, savepoint: bool) -> bool:
+    """A replay's INSERT of ``ids``, once the replay found them not stored; True if it met them
+    stored after all. The lost attempt may still be running on the server (its connection is gone,
+    its statement or COMMIT is not: waiting for a lock, say) and commit after that check; this
+    INSERT then meets the jobs' own rows. They are stored once: no error, which a caller would
+    retry into a second copy. ``savepoint``: inside a transaction, which the failed INSERT must
+    not abort."""
     try:
         with c.begin_nested() if savepoint else contextlib.nullcontext():
             c.execute(stmt, params)
     except IntegrityError:
-        if not _stored(c, [job_id]):
+        if not _stored(c, ids):
             raise
+        return True
+    return False
 
 
 class Enqueuer:
@@ -102,7 +105,7 @@ class Enqueuer:
             if req.idempotency_key is not None:
                 return _insert_keyed(c, stmt, params, req.idempotency_key, job_id)
             if conn is None and self.tx.replaying():
-                _insert_replayed(c, stmt, params, job_id, savepoint=not single)
+                _insert_replayed(c, stmt, params, [job_id], savepoint=not single)
             else:
                 c.execute(stmt, params)
             return job_id, True
@@ -112,6 +115,31 @@ class Enqueuer:
         result = self.tx.write_one(work, op="enqueue") if single else self.tx.write(work, op="enqueue")
         self.wakeups.announce({req.queue: float(req.delay_seconds)})
         return result
+
+    def _batch_rows(
+        self, c: Connection, part: Sequence[EnqueueRequest], out: list[str], start: int, keyed: dict[int, str]
+    ) -> list[dict[str, Any]]:
+        """The rows of one bulk batch without a key; jobs with a key are stored one by one here,
+        their ids (the stored one when the key was taken) put in ``out`` and ``keyed``."""
+        rows = []
+        for i, r in enumerate(part):
+            self.queue_cache.ensure(c, r.queue)
+            if r.idempotency_key is not None:
+                out[i] = keyed[start + i] = self.enqueue(r, conn=c, job_id=out[i])[0]
+                continue
+            rows.append(
+                {
+                    "Id": out[i],
+                    "Queue": r.queue,
+                    "Type": r.type,
+                    "Payload": r.payload,
+                    "Tags": r.tags,
+                    "Priority": r.priority,
+                    "CreatedBy": r.created_by,
+                    "delay": float(r.delay_seconds),
+                }
+            )
+        return rows
 
     def enqueue_many(self, reqs: Sequence[EnqueueRequest]) -> list[str]:
         """See :meth:`Storage.enqueue_many`."""
@@ -143,25 +171,11 @@ class Enqueuer:
                     # One transaction per batch: any of its ids stored means the attempt whose
                     # reply was lost committed all of it (its jobs may have run and moved on since).
                     return [keyed.get(start + i, job_id) for i, job_id in enumerate(out)]
-                rows = []
-                for i, r in enumerate(part):
-                    self.queue_cache.ensure(c, r.queue)
-                    if r.idempotency_key is not None:
-                        out[i] = keyed[start + i] = self.enqueue(r, conn=c, job_id=out[i])[0]
-                        continue
-                    rows.append(
-                        {
-                            "Id": out[i],
-                            "Queue": r.queue,
-                            "Type": r.type,
-                            "Payload": r.payload,
-                            "Tags": r.tags,
-                            "Priority": r.priority,
-                            "CreatedBy": r.created_by,
-                            "delay": float(r.delay_seconds),
-                        }
-                    )
-                if rows:
+                rows = self._batch_rows(c, part, out, start, keyed)
+                if rows and self.tx.replaying():
+                    if _insert_replayed(c, stmt, rows, out, savepoint=True):
+                        return [keyed.get(start + i, job_id) for i, job_id in enumerate(out)]
+                elif rows:
                     c.execute(stmt, rows)
                 for q in sorted({r.queue for r in part}):
                     notify(c, q)

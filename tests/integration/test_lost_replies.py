@@ -180,61 +180,67 @@ def test_a_replayed_enqueue_does_not_store_again_a_job_that_already_ran(
     s.close()
 
 
-LATE = 4242  # the advisory lock that holds the lost attempt's INSERT back (see hold_inserts_back)
+LATE = 4242  # the advisory lock that holds the lost attempt's COMMIT back (see hold_commits_back)
 
 
-def hold_inserts_back(direct: Storage, tag: str) -> None:
-    """A trigger that makes each INSERT of a job tagged ``tag`` wait for advisory lock LATE
-    before its row goes in. Lock waiters are served in order, so while a test holds the lock an
-    INSERT that started first also finishes first."""
+def hold_commits_back(direct: Storage, tag: str) -> None:
+    """A deferred trigger: the COMMIT of a transaction that stored a job tagged ``tag`` waits for
+    advisory lock LATE, so a lost attempt's COMMIT can be running on the server after its client
+    has given up on it."""
     ddl = [
         f"""CREATE FUNCTION chokaq.hold_back() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN IF NEW."Tags" = '{tag}' THEN PERFORM pg_advisory_xact_lock({LATE}); END IF; RETURN NEW; END $$""",
-        'CREATE TRIGGER hold_back BEFORE INSERT ON chokaq."JobsHot" FOR EACH ROW EXECUTE FUNCTION chokaq.hold_back()',
+        BEGIN IF NEW."Tags" = '{tag}' THEN PERFORM pg_advisory_xact_lock({LATE}); END IF; RETURN NULL; END $$""",
+        'CREATE CONSTRAINT TRIGGER hold_back AFTER INSERT ON chokaq."JobsHot" DEFERRABLE INITIALLY DEFERRED '
+        "FOR EACH ROW EXECUTE FUNCTION chokaq.hold_back()",
     ]
     direct.write(lambda c: [c.execute(text(d)) for d in ddl])
 
 
-def lock_waiters(direct: Storage) -> int:
+def waiting(direct: Storage) -> int:
+    """Lock requests in this database that wait."""
     sql = (
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = :lock AND NOT granted "
-        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        "SELECT count(*) FROM pg_locks WHERE NOT granted "
+        "AND (database IS NULL OR database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
     )
-    return int(direct.read(lambda c: c.execute(text(sql), {"lock": LATE}).scalar_one()))
+    return int(direct.read(lambda c: c.execute(text(sql)).scalar_one()))
 
 
-def test_a_replay_that_meets_its_own_late_insert_reports_the_job_stored(
-    pg_url: str, direct: Storage, fault_proxy: Proxy
+@pytest.mark.parametrize("many", [False, True], ids=["enqueue", "enqueue_many"])
+def test_a_replay_that_meets_its_own_late_commit_reports_the_jobs_stored(
+    pg_url: str, direct: Storage, fault_proxy: Proxy, many: bool
 ) -> None:
-    """The lost attempt's INSERT can still be running on the server when the replay asks whether it
-    committed, and commit afterwards: the replay's INSERT then meets the job's own row. That is one
-    job stored, not an error that a caller would retry into a second job."""
+    """The lost attempt's COMMIT can still be running on the server when the replay asks whether
+    it committed, and succeed afterwards: the replay's INSERT then meets the jobs' own rows. That
+    is the jobs stored once, not an error that a caller would retry into a second copy."""
     proxy = fault_proxy(pg_url)
     s = through(proxy, pg_url)
-    s.enqueue(EnqueueRequest(type="warm"))  # the default queue's row: its jobs are one INSERT each
-    hold_inserts_back(direct, "late")
-    req = EnqueueRequest(type="t", tags="late")
+    s.enqueue(EnqueueRequest(type="warm"))  # the default queue's row: its single jobs are one INSERT
+    hold_commits_back(direct, "late")
+    reqs = [EnqueueRequest(type="t", tags="late") for _ in range(3 if many else 1)]
     outcome: list[Any] = []
 
     def call() -> None:
         try:
-            outcome.append(s.enqueue(req))
+            outcome.append(s.enqueue_many(reqs) if many else [s.enqueue(reqs[0])[0]])
         except Exception as exc:  # the assertion below shows it
             outcome.append(exc)
 
     with direct.engine.connect() as holder:
         holder.execute(text("SELECT pg_advisory_lock(:lock)"), {"lock": LATE})
         caller = threading.Thread(target=call)
-        caller.start()
-        wait_for(lambda: lock_waiters(direct) == 1)  # the first attempt's INSERT waits
-        proxy.cut_all()  # its connection is gone; its statement is not
-        wait_for(lambda: lock_waiters(direct) == 2)  # the replay found nothing stored, and inserts
-        holder.execute(text("SELECT pg_advisory_unlock(:lock)"), {"lock": LATE})
-        caller.join(30)
+        try:
+            caller.start()
+            wait_for(lambda: waiting(direct) == 1)  # the first attempt's COMMIT waits
+            proxy.cut_all()  # its connection is gone; its COMMIT is not
+            # The replay found nothing stored, and its INSERT waits for the first attempt's rows.
+            wait_for(lambda: waiting(direct) == 2)
+        finally:
+            holder.execute(text("SELECT pg_advisory_unlock_all()"))
+            caller.join(30)
+    assert not caller.is_alive()
     assert len(outcome) == 1 and not isinstance(outcome[0], Exception), outcome
-    job_id, created = outcome[0]
-    assert created and stored(direct, Tags="late") == 1
-    assert direct.get_job(job_id) is not None
+    assert stored(direct, Tags="late") == len(reqs)
+    assert all(direct.get_job(job_id) is not None for job_id in outcome[0])
     s.close()
 
 
