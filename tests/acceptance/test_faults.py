@@ -109,6 +109,21 @@ def max_attempt(s: Storage) -> int:
     return int(s.read(lambda c: c.execute(select(func.max(jobs_archive.c.AttemptCount))).scalar() or 0))
 
 
+def dlq_reasons(s: Storage) -> Counter[str]:
+    """The dead jobs by FailureReason and the first line of their details."""
+    rows = s.read(lambda c: c.execute(select(jobs_dlq.c.FailureReason, jobs_dlq.c.ErrorDetails)).all())
+    return Counter(f"{r[0]}: {(r[1] or '').strip().splitlines()[:1]}" for r in rows)
+
+
+def worker_errors(logs: list[Path]) -> list[str]:
+    """The workers' own error lines, and what they gave up on or reconciled (the pool's noise about
+    connections the proxy cut is left out)."""
+    lines = [line for log in logs if log.exists() for line in log.read_text(errors="replace").splitlines()]
+    errors = [line for line in lines if " ERROR chokaq" in line or "finalising" in line]
+    reconciled = [line for line in lines if "reconciled after a lost reply" in line]
+    return [line[:300] for line in errors + reconciled][:20]
+
+
 def starts(record: Path) -> Counter[str]:
     if not record.exists():
         return Counter()
@@ -202,6 +217,10 @@ def run_faulted(
             "worker_exits": alive.count(False),
             "stats": stats_row(s),
             "max_attempt": max_attempt(s),
+            # Not asserted: what a failure needs to explain itself (why each dead job died, and
+            # what the workers logged about it).
+            "dlq_reasons": dlq_reasons(s),
+            "worker_errors": worker_errors(logs),
         }
         for p in procs:
             if p.poll() is None:
