@@ -35,10 +35,10 @@ _STALENESS = text(
 
 
 class StatisticsCheck:
-    """The check for one Storage. It remembers the file's size at the last ANALYZE it ran: where
-    that ANALYZE cannot update the planner's page count (a role that does not own the table gets
-    a warning and nothing analysed), the size trigger would otherwise fire on every check, for as
-    long as the file stays big, which it does after the burst has drained."""
+    """The check for one Storage. A role that may not ANALYZE JobsHot does not try. It remembers
+    the file's size at the last ANALYZE it ran: where that ANALYZE did not update the planner's
+    page count, the size trigger would otherwise fire on every check, for as long as the file stays
+    big, which it does after the burst has drained."""
 
     def __init__(self, tx: Transactions) -> None:
         self.tx = tx
@@ -57,14 +57,12 @@ class StatisticsCheck:
     def refresh(self, *, min_age: float = STATISTICS_MIN_AGE) -> bool:
         staleness = read_staleness(self.tx)
         self.can_analyse = staleness is not None and staleness.can_analyse
+        if staleness is None or not staleness.can_analyse:
+            # PostgreSQL would skip the ANALYZE with a warning, on every check while the counts
+            # say the table grew (they may arrive seconds late, so "grew" can be news twice).
+            return False
         try:
-            ran = (
-                None
-                if staleness is None
-                else refresh_statistics(
-                    self.tx, min_age=min_age, analysed_pages=self.analysed_pages, staleness=staleness
-                )
-            )
+            ran = refresh_statistics(self.tx, min_age=min_age, analysed_pages=self.analysed_pages, staleness=staleness)
         except Exception:
             # An ANALYZE that fails (a lock or statement timeout) refreshes no plan either.
             self.can_analyse = False

@@ -108,10 +108,9 @@ def relpages(app: ChokaQ) -> int:
     return int(app.storage.read(lambda c: c.execute(text(sql)).scalar_one()))
 
 
-def test_an_analyse_that_cannot_take_effect_is_not_repeated(pg_url: str) -> None:
-    # A worker whose role does not own JobsHot: PostgreSQL skips its ANALYZE with a warning, so
-    # the planner's page count never catches up with the file. The check tries once per doubling
-    # of the file, not on every check for as long as the file stays big.
+def test_a_role_that_may_not_analyse_does_not_try(pg_url: str) -> None:
+    # A worker whose role owns neither JobsHot nor the database: PostgreSQL would skip its ANALYZE
+    # with a warning, on every check while the (late) counts say the table grew. It does not try.
     app = ChokaQ(storage_url=pg_url)
     app.storage.upgrade()
     without_autovacuum(app)
@@ -125,10 +124,9 @@ def test_an_analyse_that_cannot_take_effect_is_not_repeated(pg_url: str) -> None
     app.storage.write(lambda c: [c.execute(text(g)) for g in grants])
     reader = Storage(make_url(pg_url).set(username=role).render_as_string(hide_password=False))
     try:
-        assert reader.refresh_statistics() is True  # the file grew: it tries
-        assert relpages(app) == 0  # and nothing was analysed
-        assert reader.refresh_statistics() is False
-        assert reader.refresh_statistics() is False
+        for _ in range(3):
+            assert reader.refresh_statistics() is False  # the file grew, but it cannot analyse
+        assert relpages(app) == 0
         # Nobody here keeps the statistics current, so the claim stays unprepared: planned per
         # call from the table's current size, never a generic plan that outlives a burst.
         assert len([job for _ in range(8) for job in reader.fetch("w", 2)]) == 16  # past psycopg's threshold
