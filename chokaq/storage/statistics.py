@@ -22,7 +22,8 @@ GROWN_MIN_PAGES = 16
 # current the moment rows are written.
 # Whether this role may ANALYZE the table: its owner's or the database owner's privileges (a
 # member of either role, or a superuser). PostgreSQL 17's MAINTAIN privilege is not asked: a role
-# that has only that is taken for one that cannot, which costs the prepared claim, nothing else.
+# that has only that is taken for one that cannot, so it neither ANALYZEs here nor prepares the
+# claim (autovacuum still analyses).
 _STALENESS = text(
     "SELECT s.n_mod_since_analyze, s.n_live_tup, c.reltuples, "
     "EXTRACT(EPOCH FROM now() - GREATEST(s.last_analyze, s.last_autoanalyze)), "
