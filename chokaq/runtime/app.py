@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from sqlalchemy import Connection
 
 from chokaq.domain import limits
-from chokaq.domain.models import EnqueueRequest, SweepResult, encode_payload
+from chokaq.domain.models import PAYLOAD_CHECKED, EnqueueRequest, SweepResult, encode_payload
 from chokaq.runtime.events import EventBus
 from chokaq.runtime.handlers import Handler, JobContext
 from chokaq.runtime.worker import Worker
@@ -112,15 +112,19 @@ class ChokaQ:
         handler = self.handlers.get(type)
         if handler is not None and handler.payload_model is not None and not isinstance(payload, BaseModel):
             payload = handler.payload_model.model_validate(payload if payload is not None else {})
-        return EnqueueRequest(
-            type=type,
-            payload=encode_payload({} if payload is None else payload),
-            queue=queue or (handler.queue if handler else "default"),
-            priority=priority,
-            delay_seconds=delay,
-            tags=tags,
-            idempotency_key=idempotency_key,
-            created_by=created_by,
+        text = encode_payload({} if payload is None else payload)
+        return EnqueueRequest.model_validate(
+            {
+                "type": type,
+                "payload": text,
+                "queue": queue or (handler.queue if handler else "default"),
+                "priority": priority,
+                "delay_seconds": delay,
+                "tags": tags,
+                "idempotency_key": idempotency_key,
+                "created_by": created_by,
+            },
+            context={PAYLOAD_CHECKED: text},
         )
 
     def submit(self, req: EnqueueRequest, *, conn: Connection | None = None) -> tuple[str, bool]:

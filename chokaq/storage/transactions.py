@@ -111,22 +111,36 @@ class Transactions:
     def run(self, fn: Callable[[Connection], T], *, op: str, readonly: bool, single: bool = False) -> T:
         """``fn`` in a transaction (``single``: one statement outside one), replayed on transient
         errors; ``readonly`` on SQLite skips the write lock (see engine.py)."""
+        return self.retrying(lambda: self.attempt(fn, readonly=readonly, single=single), op=op)
 
-        def attempt() -> T:
-            if single and self.autocommit is not None:
-                with self.autocommit.connect() as conn:
-                    # From here on a failure may come after the server ran the statement.
-                    self.sending(writes=not readonly)
-                    return fn(conn)
-            with self.engine.connect() as raw:
+    def attempt(self, fn: Callable[[Connection], T], *, readonly: bool, single: bool = False) -> T:
+        """One attempt of :meth:`run`, for a caller inside :meth:`retrying`."""
+        if single and self.autocommit is not None:
+            with self.autocommit.connect() as conn:
+                # From here on a failure may come after the server ran the statement.
                 self.sending(writes=not readonly)
-                if single and self.dialect != "sqlite":
-                    return fn(raw.execution_options(isolation_level="AUTOCOMMIT"))
-                conn = raw.execution_options(chokaq_readonly=True) if readonly else raw
-                with conn.begin():
-                    return fn(conn)
+                return fn(conn)
+        with self.engine.connect() as raw:
+            self.sending(writes=not readonly)
+            if single and self.dialect != "sqlite":
+                return fn(raw.execution_options(isolation_level="AUTOCOMMIT"))
+            conn = raw.execution_options(chokaq_readonly=True) if readonly else raw
+            with conn.begin():
+                return fn(conn)
 
-        return self.retrying(attempt, op=op)
+    @property
+    def pools_driver_statements(self) -> bool:
+        """Whether :meth:`pooled_once` may run a statement alone (not SQLite: its writes take
+        BEGIN IMMEDIATE)."""
+        return self.dialect != "sqlite"
+
+    def pooled_once(self, stmt: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Inside :meth:`retrying`: one writing statement in autocommit, straight through the
+        driver on a connection of the pool (see :meth:`Executor.run_pooled`), watched for lost
+        replies as :meth:`attempt` is."""
+        return self.executor.run_pooled(
+            self.autocommit or self.engine, stmt, params, sending=lambda: self.sending(writes=True)
+        )
 
     def sending(self, *, writes: bool) -> None:
         """Inside an attempt: a statement is about to reach the server. From here on a failed

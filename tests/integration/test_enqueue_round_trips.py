@@ -3,7 +3,10 @@ wakes listeners when, and only when, the job is stored. Counted on the wire, by 
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
@@ -48,6 +51,10 @@ def test_an_enqueue_to_a_known_queue_is_one_round_trip_that_notifies_on_commit(
             EnqueueRequest(type="t", queue="mail"),
             EnqueueRequest(type="t", queue="mail", tags="x", created_by="me", delay_seconds=0.5, priority=3),
         ):
+            # Each shape of the INSERT is prepared on the connection at its first use, which
+            # costs that one enqueue a round trip more (the PREPARE); every later one is one.
+            s.enqueue(req)
+            assert notified(listen, 5.0) == ["mail"]
             before = proxy.stats.replies
             job_id, created = s.enqueue(req)
             assert created and proxy.stats.replies - before == 1, req
@@ -69,4 +76,73 @@ def test_an_enqueue_to_a_known_queue_is_one_round_trip_that_notifies_on_commit(
         assert notified(listen, 0.5) == []
     finally:
         listen.close()
+        s.close()
+
+
+def _backends(pg_url: str) -> int:
+    """Connections to the test's database, as the server counts them."""
+    dsn = make_url(pg_url).set(drivername="postgresql", database="postgres").render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True) as c:
+        row = c.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (make_url(pg_url).database,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+
+def test_producer_threads_share_the_pool_and_never_hold_connections_of_their_own(pg_url: str) -> None:
+    # Producers are the application's threads, possibly many: their enqueues go through the
+    # driver on a pooled connection, so what they hold stays bounded by Storage.PoolSize.
+    s = Storage(pg_url, settings=StorageSettings(pool_size=2, listen_notify=False))
+    s.upgrade()
+    s.enqueue(EnqueueRequest(type="t", queue="mail"))  # the queue's row
+    peak = 0
+    stop = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, _backends(pg_url))
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            ids = list(pool.map(lambda i: s.enqueue(EnqueueRequest(type="t", queue="mail"))[0], range(400)))
+    finally:
+        stop.set()
+        watcher.join()
+    try:
+        assert len(set(ids)) == 400
+        dsn = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(dsn, autocommit=True) as c:
+            row = c.execute('SELECT count(*) FROM chokaq."JobsHot"').fetchone()
+        assert row is not None and row[0] == 401
+        # pool_size 2 plus as many again in overflow, plus the watcher's own connection.
+        assert peak <= 2 * 2 + 1, peak
+        assert _backends(pg_url) <= 2 * 2
+    finally:
+        s.close()
+
+
+def test_a_pooled_connection_that_broke_is_not_handed_out_again(pg_url: str) -> None:
+    s = Storage(pg_url, settings=StorageSettings(pool_size=1, listen_notify=False))
+    s.upgrade()
+    s.enqueue(EnqueueRequest(type="t", queue="mail"))
+    s.enqueue(EnqueueRequest(type="t", queue="mail"))  # the pooled connection has run the INSERT
+    dsn = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()"
+        )
+    try:
+        # The first finds its connection dead (the server said so before running anything) and
+        # replays on a new one; none of these may fail or store twice.
+        ids = [s.enqueue(EnqueueRequest(type="t", queue="mail"))[0] for _ in range(3)]
+        with psycopg.connect(dsn, autocommit=True) as c:
+            row = c.execute('SELECT count(*) FROM chokaq."JobsHot"').fetchone()
+        assert row is not None and row[0] == 2 + 3
+        assert all(s.get_job(i) is not None for i in ids)
+    finally:
         s.close()
