@@ -123,8 +123,11 @@ class Enqueuer:
             return work(bind(conn))
         if single and self.tx.pools_driver_statements:
             result = self.tx.retrying(once, op="enqueue")
+        elif single:
+            result = self.tx.write_one(work, op="enqueue")
         else:
-            result = self.tx.write_one(work, op="enqueue") if single else self.tx.write(work, op="enqueue")
+            result = self.tx.write(work, op="enqueue")
+            self.queue_cache.confirm([req.queue])
         self.wakeups.announce({req.queue: float(req.delay_seconds)})
         return result
 
@@ -199,6 +202,7 @@ class Enqueuer:
         for start in range(0, len(reqs), size):
             part = reqs[start : start + size]
             result += self.tx.write(batch(start), op="enqueue_many")
+            self.queue_cache.confirm({r.queue for r in part})
             due: dict[str, float] = {}
             for r in part:
                 due[r.queue] = min(due.get(r.queue, float(r.delay_seconds)), float(r.delay_seconds))

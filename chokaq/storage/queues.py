@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Literal, TypeAlias
 
 from sqlalchemy import Connection, Row, false, insert, select, update
@@ -71,7 +71,9 @@ class QueueCache:
         return name in self._known
 
     def ensure(self, conn: Connection, name: str) -> None:
-        """Create the queue row unless this process has seen it."""
+        """Create the queue row unless this process has seen it. The name is known only once the
+        transaction that did this has committed (:meth:`confirm`): a rollback takes a row it
+        created with it, and a queue marked known would then get jobs and never its row."""
         if name in self._known:
             return
         if conn.execute(select(queues.c.Name).where(queues.c.Name == name)).first() is None:
@@ -80,7 +82,10 @@ class QueueCache:
                     conn.execute(insert(queues).values(Name=name, LastUpdatedUtc=utcnow()))
             except IntegrityError:
                 pass  # another process created it first
-        self._known.add(name)
+
+    def confirm(self, names: Iterable[str]) -> None:
+        """The transaction that ensured ``names`` has committed: their rows exist."""
+        self._known.update(names)
 
     def limited(self, read: Callable[[Callable[[Connection], list[str]]], list[str]]) -> list[str]:
         """Queues with MaxWorkers, re-read (through ``read``) at most every second: the list only

@@ -456,7 +456,9 @@ class Storage:
 
         if conn is not None:
             return work(conn)
-        return self.write(work, op="update_queue")
+        info = self.write(work, op="update_queue")
+        self.queue_cache.confirm([name])
+        return info
 
     def queue_stats(self) -> list[QueueStats]:
         return self.read(lambda c: read_queue_stats(c, self.db_now(c)), op="queue_stats")
