@@ -127,29 +127,40 @@ class Executor:
         250 µs of a producer's CPU per enqueue, measured, where the driver's own share is 50 µs.
         A connection that broke is invalidated, so the pool never hands it out again."""
         fairy = self._checkout(pool)
-        raw: Any = fairy.dbapi_connection
-        link = _Link(None, raw)
         switched = False
         try:
+            raw: Any = fairy.dbapi_connection
+            link = _Link(None, raw)
             if not raw.autocommit:
                 # psycopg switches client-side, no round trip; the pool's other users expect a
                 # transaction, so it is switched back below. SQL Server's twin stays in autocommit.
                 self._call(link, lambda: setattr(raw, "autocommit", True))
                 switched = True
             sending()
-            rows = self._execute(link, stmt, params)[0]
-            if switched:
-                raw.autocommit = False
-                switched = False
-            return rows
+            return self._execute(link, stmt, params)[0]
         except DBAPIError as exc:
-            if exc.connection_invalidated or bool(getattr(raw, "closed", False)) or bool(getattr(raw, "broken", False)):
-                fairy.invalidate(exc.orig if isinstance(exc.orig, BaseException) else None)
+            if exc.connection_invalidated:
+                # As SQLAlchemy does on a disconnect: every connection the pool made before now is
+                # replaced at its next check-out (the server restarted or failed over, and they
+                # broke too), so a replay does not meet another dead one.
+                pool.pool._invalidate(fairy, exc.orig if isinstance(exc.orig, BaseException) else None)
+            elif bool(getattr(fairy.dbapi_connection, "closed", False)) or bool(
+                getattr(fairy.dbapi_connection, "broken", False)
+            ):
+                fairy.invalidate()
+            raise
+        except BaseException:
+            # Interrupted (Ctrl-C, a cancelled thread): the statement's state is unknown, as
+            # SQLAlchemy treats it: the connection is not handed out again.
+            fairy.invalidate()
             raise
         finally:
-            if switched:
-                with contextlib.suppress(Exception):  # broken: invalidated above, or by the pool's reset
-                    raw.autocommit = False
+            if switched and fairy.dbapi_connection is not None:
+                try:
+                    fairy.dbapi_connection.autocommit = False
+                except Exception:
+                    # Never back in the pool in autocommit: its next user's transaction would not be one.
+                    fairy.invalidate()
             fairy.close()
 
     def _checkout(self, pool: Engine) -> Any:

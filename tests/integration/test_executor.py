@@ -29,6 +29,7 @@ from chokaq.storage.statements import (
     heartbeat_statement,
     start_statement,
 )
+from chokaq.storage.statements.enqueue import enqueue_params, statement_for
 from chokaq.storage.store import Completion
 
 LEASES = [Lease("01A", "w", 1), Lease("01B", "w", 1), Lease("01C", "w", 2)]
@@ -45,6 +46,13 @@ def hot_statements(dialect: str) -> list[tuple[str, Any, dict[str, Any]]]:
         ("start", start_statement(groups, True), {**fence, "zombie_types": ["t", "u"]}),
         ("heartbeat", heartbeat_statement(groups), fence),
     ]
+    # An enqueue to a known queue (PostgreSQL and SQL Server send it through the executor).
+    for req in (
+        EnqueueRequest(type="t"),
+        EnqueueRequest(type="t", queue="q", tags="x", created_by="me", delay_seconds=2.5, priority=3),
+    ):
+        stmt = statement_for(req, notify=dialect == "postgresql")
+        out.append(("enqueue", stmt, enqueue_params("01N", req)))
     complete = complete_statements(groups)
     failed = {**fence, "failure_reason": 2, "error_details": "boom"}
     if dialect == "postgresql":

@@ -38,3 +38,20 @@ def test_fast_path_matches_the_generic_mapping(tmp_path: Path) -> None:
     rec = hot_record(partial)
     assert (rec.id, rec.payload, rec.tags) == (job_id, '{"a": 1}', "x,y")
     storage.close()
+
+
+def test_a_payload_is_gated_unless_it_is_the_very_text_the_gate_just_passed() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from chokaq.domain.models import PAYLOAD_CHECKED, EnqueueRequest
+
+    bad = '{"x": NaN}'
+    with pytest.raises(ValidationError, match="not valid JSON"):
+        # Another string: checked, whatever the context says.
+        EnqueueRequest.model_validate({"type": "t", "payload": bad}, context={PAYLOAD_CHECKED: '{"x": 1}'})
+    with pytest.raises(ValidationError, match="not valid JSON"):
+        EnqueueRequest(type="t", payload=bad)
+    good = '{"x":1}'
+    req = EnqueueRequest.model_validate({"type": "t", "payload": good}, context={PAYLOAD_CHECKED: good})
+    assert req.payload == good
