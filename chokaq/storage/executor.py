@@ -150,8 +150,9 @@ class Executor:
                 fairy.invalidate()
             raise
         except BaseException:
-            # Interrupted (Ctrl-C, a cancelled thread): the statement's state is unknown, as
-            # SQLAlchemy treats it: the connection is not handed out again.
+            # Anything else (Ctrl-C, a bug in binding): the connection's state is not known, so
+            # it is not handed out again; SQLAlchemy does so for exit exceptions only, and a
+            # reconnect is all this costs.
             fairy.invalidate()
             raise
         finally:

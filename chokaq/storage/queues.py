@@ -17,6 +17,8 @@ from chokaq.storage.sqlfuncs import utcnow
 
 # Seconds the list of MaxWorkers queues is trusted before it is read again.
 LIMITED_QUEUE_TTL = 1.0
+# conn.info key: which transaction created which queue rows on that connection (QueueCache.ensure).
+_CREATED_IN = "chokaq_queue_rows_created_in"
 
 
 class Unset(enum.Enum):
@@ -71,17 +73,31 @@ class QueueCache:
         return name in self._known
 
     def ensure(self, conn: Connection, name: str) -> None:
-        """Create the queue row unless this process has seen it. The name is known only once the
-        transaction that did this has committed (:meth:`confirm`): a rollback takes a row it
-        created with it, and a queue marked known would then get jobs and never its row."""
+        """Create the queue row unless this process has seen it.
+
+        A row this transaction created is not known until it commits (:meth:`confirm`): a
+        rollback takes the row with it, and a queue marked known would then get jobs and never
+        its row. A row the SELECT finds and this transaction did not create is committed, and
+        known from then on (a caller's own transactions, ``conn=``, are never confirmed).
+        Within one transaction a queue is looked up once."""
         if name in self._known:
             return
-        if conn.execute(select(queues.c.Name).where(queues.c.Name == name)).first() is None:
-            try:
-                with conn.begin_nested():
-                    conn.execute(insert(queues).values(Name=name, LastUpdatedUtc=utcnow()))
-            except IntegrityError:
-                pass  # another process created it first
+        tx = conn.get_transaction()
+        # Per driver connection: the transaction that created each queue's row here. Held, not
+        # its id, so a new transaction can never pass for one that created a row and rolled back.
+        created: dict[str, Any] = conn.info.setdefault(_CREATED_IN, {})
+        if tx is not None and name in created and created[name] is tx:
+            return  # created by this transaction, earlier: not committed yet, nothing to look up
+        if conn.execute(select(queues.c.Name).where(queues.c.Name == name)).first() is not None:
+            # Not this transaction's own row (that returned above): committed by someone.
+            self._known.add(name)
+            return
+        try:
+            with conn.begin_nested():
+                conn.execute(insert(queues).values(Name=name, LastUpdatedUtc=utcnow()))
+        except IntegrityError:
+            pass  # another process created it first
+        created[name] = tx
 
     def confirm(self, names: Iterable[str]) -> None:
         """The transaction that ensured ``names`` has committed: their rows exist."""

@@ -3,7 +3,11 @@ queue ended."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
+from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
 
 from chokaq.domain.models import EnqueueRequest
@@ -33,3 +37,40 @@ def test_a_queue_whose_first_job_failed_to_store_still_gets_its_row(storage: Sto
     assert "billing" not in names(storage)
     storage.enqueue(EnqueueRequest(type="t", queue="billing"))
     assert "billing" in names(storage)
+
+
+def queue_lookups(storage: Storage) -> tuple[list[str], Callable[[], None]]:
+    """The statements that read or write Queues, as they reach the driver; call the second to stop."""
+    seen: list[str] = []
+
+    def capture(_c: Any, _cur: Any, statement: str, _p: Any, _ctx: Any, _many: bool) -> None:
+        if "Queues" in statement:
+            seen.append(statement)
+
+    event.listen(storage.engine, "before_cursor_execute", capture)
+    return seen, lambda: event.remove(storage.engine, "before_cursor_execute", capture)
+
+
+def test_a_queue_met_in_callers_transactions_is_looked_up_until_its_row_is_seen_committed(storage: Storage) -> None:
+    seen, stop = queue_lookups(storage)
+    try:
+        for _ in range(3):
+            with storage.engine.begin() as conn:
+                storage.enqueue(EnqueueRequest(type="t", queue="ledger"), conn=conn)
+        # The first created the row; the second found it committed; the third asked nothing.
+        assert [s.split()[0] for s in seen] == ["SELECT", "INSERT", "SELECT"], seen
+    finally:
+        stop()
+
+
+def test_a_bulk_enqueue_to_a_new_queue_looks_its_row_up_once(storage: Storage) -> None:
+    seen, stop = queue_lookups(storage)
+    try:
+        storage.enqueue_many(
+            [EnqueueRequest(type="t", queue="bulk") for _ in range(50)]
+            + [EnqueueRequest(type="t", queue="bulk", idempotency_key=f"k{i}") for i in range(3)]
+        )
+        assert [s.split()[0] for s in seen] == ["SELECT", "INSERT"], seen
+    finally:
+        stop()
+    assert "bulk" in names(storage)
