@@ -86,7 +86,7 @@ class QueueCache:
         # Per driver connection: the transaction that created each queue's row here. Held, not
         # its id, so a new transaction can never pass for one that created a row and rolled back.
         created: dict[str, Any] = conn.info.setdefault(_CREATED_IN, {})
-        if tx is not None and name in created and created[name] is tx:
+        if tx is not None and created.get(name) is tx:
             return  # created by this transaction, earlier: not committed yet, nothing to look up
         if conn.execute(select(queues.c.Name).where(queues.c.Name == name)).first() is not None:
             # Not this transaction's own row (that returned above): committed by someone.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chokaq.domain.models import Lease
+from chokaq.domain.models import EnqueueRequest, Lease
 from chokaq.domain.states import FailureReason
 from chokaq.storage import Storage
 from chokaq.storage.statements import (
@@ -17,6 +17,7 @@ from chokaq.storage.statements import (
     mssql_claim_statement,
     start_statement,
 )
+from chokaq.storage.statements.enqueue import enqueue_params, statement_for
 from chokaq.storage.store import Completion
 from tests.driver.recording import Call, Recorder
 from tests.driver.rows import HOT, columns, row
@@ -58,6 +59,22 @@ def test_the_executor_hands_pyodbc_what_sqlalchemy_hands_it(mssql: Storage, reco
         assert got.params == expected.params, name
         assert got.inputsizes == expected.inputsizes, name
         assert got.inputsizes is not None and got.describes == 0, name
+
+
+def test_the_pooled_enqueue_hands_pyodbc_what_sqlalchemy_hands_it(mssql: Storage, recorder: Recorder) -> None:
+    assert mssql.tx.autocommit is not None
+    for req in (
+        EnqueueRequest(type="t"),
+        EnqueueRequest(type="t", queue="q", tags="x", created_by="me", delay_seconds=2.5, priority=3),
+    ):
+        stmt, params = statement_for(req, notify=False), enqueue_params("01N", req)
+        with mssql.tx.autocommit.connect() as conn:
+            conn.execute(stmt, params)
+        expected = only_statement(recorder)
+        mssql.tx.pooled_once(stmt, params)
+        got = only_statement(recorder)
+        assert (got.sql, got.params, got.inputsizes) == (expected.sql, expected.params, expected.inputsizes), req
+        assert got.inputsizes is not None and got.describes == 0, req
 
 
 def test_each_hot_operation_is_one_statement_on_an_autocommit_connection(mssql: Storage, recorder: Recorder) -> None:
