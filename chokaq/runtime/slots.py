@@ -81,7 +81,12 @@ class Slots:
             return None
         queued = len(self.buffer) + self._claiming
         want = min(self.batch, self.prefetch - queued)
-        if queued >= self.lookahead or want <= 0:
+        # The buffer is for the slots that running handlers will free: one job each, up to the
+        # lookahead. Slots held by claims in flight are filled by those claims, and a job buffered
+        # for one costs a second write (Fetched, then its start) while other workers could run it.
+        # A launch raises the count without a notify of its own: each follows the end of a claim
+        # or a start, which notifies, and waiters re-check only once the launching task yields.
+        if queued >= min(self.lookahead, len(self.executing)) or want <= 0:
             return None
         return want, False
 

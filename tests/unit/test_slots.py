@@ -47,6 +47,26 @@ def test_with_every_slot_taken_the_primary_fills_the_buffer_up_to_the_lookahead(
     assert s.claim_size(primary=True) is None and s.busy
 
 
+def test_the_buffer_holds_one_job_per_running_handler_not_for_slots_claims_in_flight_hold() -> None:
+    # A job buffered for a slot that a claim in flight will fill costs a second write (Fetched,
+    # then its start) and sits reserved: on the no-op benchmark half the jobs took that path.
+    s = slots(concurrency=4, prefetch=8, batch=2)  # lookahead 4
+    with s.claiming(4, start=True):  # every slot held by claims in flight, no handler running
+        assert s.free() == 0 and s.claim_size(primary=True) is None
+    s.claimed(2, 2)
+    with s.claiming(2, start=True):
+        for n in range(2):
+            s.launched(running(job(n)))  # two handlers run, a claim holds the other two slots
+        assert s.free() == 0 and s.claim_size(primary=True) == (2, False)
+        with s.claiming(2, start=False):
+            assert s.claim_size(primary=True) is None  # one job buffered per running handler
+        s.add_buffered([job(2), job(3)])
+        s.launched(running(job(4)))
+        s.launched(running(job(5)))
+    # Four handlers run: the buffer may grow to the lookahead, as before.
+    assert s.claim_size(primary=True) == (2, False)
+
+
 def test_started_and_unwritten_jobs_are_bounded_by_concurrency_plus_prefetch() -> None:
     s = slots(concurrency=2, prefetch=2)
     for n in range(4):
