@@ -31,8 +31,9 @@ class Slots:
         self.prefetch = prefetch
         self.batch = batch
         self.max_held = concurrency + prefetch  # started and not yet written back
-        # Refill the buffer when less than one round of work is left, so a worker does not sit on
-        # up to Execution.Prefetch reserved jobs while other workers idle.
+        # Refill the buffer when less than one round of work is left (and fewer jobs are queued
+        # than handlers run: see claim_size), so a worker does not sit on up to
+        # Execution.Prefetch reserved jobs while other workers idle.
         self.lookahead = min(prefetch, max(batch, concurrency))
         self.buffer: deque[JobRecord] = deque()
         self.running: dict[str, Running] = {}
@@ -69,7 +70,8 @@ class Slots:
         """What a fetcher should claim now: (how many, straight into Processing), or None.
 
         Idle slots and nothing buffered for them: claim straight into Processing and start (one
-        write per job fewer). Otherwise the primary fetcher fills the buffer up to the lookahead.
+        write per job fewer). Otherwise the primary fetcher refills the buffer, a fetch batch at a
+        time, while fewer jobs are queued for it than the lookahead and than handlers run.
         The second fetcher only claims for idle slots while there is a backlog. Once stopping,
         nothing: a stop and a change that allows a claim can land in the same loop turn."""
         if self.stopping:
@@ -81,9 +83,10 @@ class Slots:
             return None
         queued = len(self.buffer) + self._claiming
         want = min(self.batch, self.prefetch - queued)
-        # The buffer is for the slots that running handlers will free: one job each, up to the
-        # lookahead. Slots held by claims in flight are filled by those claims, and a job buffered
-        # for one costs a second write (Fetched, then its start) while other workers could run it.
+        # The buffer is for the slots that running handlers will free, so it is refilled only
+        # while fewer jobs are queued than handlers run (and than the lookahead). Slots held by
+        # claims in flight are filled by those claims; a job buffered for one costs a second write
+        # (Fetched, then its start) while other workers could run it.
         # A launch raises the count without a notify of its own: each follows the end of a claim
         # or a start, which notifies, and waiters re-check only once the launching task yields.
         if queued >= min(self.lookahead, len(self.executing)) or want <= 0:

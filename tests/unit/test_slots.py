@@ -47,19 +47,19 @@ def test_with_every_slot_taken_the_primary_fills_the_buffer_up_to_the_lookahead(
     assert s.claim_size(primary=True) is None and s.busy
 
 
-def test_the_buffer_holds_one_job_per_running_handler_not_for_slots_claims_in_flight_hold() -> None:
+def test_the_buffer_is_refilled_for_running_handlers_not_for_slots_claims_in_flight_hold() -> None:
     # A job buffered for a slot that a claim in flight will fill costs a second write (Fetched,
     # then its start) and sits reserved: on the no-op benchmark half the jobs took that path.
     s = slots(concurrency=4, prefetch=8, batch=2)  # lookahead 4
-    with s.claiming(4, start=True):  # every slot held by claims in flight, no handler running
-        assert s.free() == 0 and s.claim_size(primary=True) is None
+    with s.claiming(2, start=True), s.claiming(2, start=True):  # both fetchers' claims in flight
+        assert s.free() == 0 and s.claim_size(primary=True) is None  # no handler running
     s.claimed(2, 2)
     with s.claiming(2, start=True):
         for n in range(2):
             s.launched(running(job(n)))  # two handlers run, a claim holds the other two slots
         assert s.free() == 0 and s.claim_size(primary=True) == (2, False)
         with s.claiming(2, start=False):
-            assert s.claim_size(primary=True) is None  # one job buffered per running handler
+            assert s.claim_size(primary=True) is None  # as many queued as handlers run
         s.add_buffered([job(2), job(3)])
         s.launched(running(job(4)))
         s.launched(running(job(5)))
