@@ -4,10 +4,12 @@ path in a thread (``Worker._db``: ``loop.run_in_executor``), and an asyncio loop
     .venv/bin/python benchmarks/handoff_cost.py [--calls 5000]
 
 Prints, per round trip, the process's CPU and the wall time of: a no-op function run through
-``run_in_executor`` from the worker's event loop (uvloop when installed, as the worker runs it),
+``run_in_executor`` from an event loop (uvloop when installed, as the benchmarks run the worker;
+``Execution.EventLoop`` defaults to asyncio),
 and a bare ping-pong between two threads over ``queue.SimpleQueue``. No database is involved.
-Multiply by the hot path's calls per job (claims, moves, starts, heartbeats: ``throughput.py``
-prints them) for the share of a job's CPU that the hand-offs take.
+Multiply by the hot path's calls per job (claims, moves, starts, heartbeats; on PostgreSQL one
+statement each, as ``throughput.py`` counts them) for the share of a job's CPU that the
+hand-offs take.
 """
 
 from __future__ import annotations
