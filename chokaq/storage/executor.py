@@ -27,6 +27,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from chokaq.domain.errors import ConfigurationError
+from chokaq.storage.engine import missing_odbc_driver
 from chokaq.storage.executor_sql import Rendered, expanding_names, render
 
 Rows = list[tuple[Any, ...]]
@@ -170,6 +172,11 @@ class Executor:
         try:
             return pool.raw_connection()
         except self.dialect.loaded_dbapi.Error as exc:
+            # raw_connection() bypasses the engine's handle_error hook, which names a missing
+            # ODBC driver (build_engine): named here the same way.
+            message = missing_odbc_driver(exc)
+            if message is not None:
+                raise ConfigurationError(message) from exc
             raise DBAPIError.instance(
                 None,
                 None,

@@ -150,6 +150,24 @@ def test_a_missing_odbc_driver_fails_at_once_naming_the_package() -> None:
     storage.close()
 
 
+def test_the_pooled_enqueue_names_a_missing_odbc_driver_as_the_engine_does() -> None:
+    # An enqueue to a queue this process knows checks a connection out of the pool itself,
+    # outside the engine's handle_error hook that names the missing driver.
+    from chokaq.domain.models import EnqueueRequest
+
+    storage = Storage(MISSING_DRIVER_URL, settings=StorageSettings(transient_retries=5))
+    attempts: list[str] = []
+    storage.fault_injector = attempts.append
+    storage.queue_cache.confirm(["default"])  # as after the queue's first job
+    with pytest.raises(ConfigurationError) as err:
+        storage.enqueue(EnqueueRequest(type="t", payload="{}"))
+    assert len(attempts) == 1, f"a missing driver must not be replayed: {attempts}"
+    message = str(err.value)
+    assert "No Such ODBC Driver" in message and "msodbcsql18" in message
+    assert "Pw_secret_9" not in message
+    storage.close()
+
+
 def test_cli_names_the_missing_driver_in_one_line() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "chokaq.cli.main", "--db", MISSING_DRIVER_URL, "db", "upgrade"],
