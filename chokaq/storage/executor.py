@@ -34,6 +34,11 @@ from chokaq.storage.executor_sql import Rendered, expanding_names, render
 Rows = list[tuple[Any, ...]]
 
 
+def _broken(raw: Any) -> bool:
+    """Whether a driver connection can no longer be used (psycopg's ``closed`` or ``broken``)."""
+    return bool(getattr(raw, "closed", False)) or bool(getattr(raw, "broken", False))
+
+
 class _Link:
     """One thread's connection: the detached SQLAlchemy connection (which closes the driver's when
     closed) and the driver connection itself. ``owner`` None: a pooled connection lent for one
@@ -146,9 +151,7 @@ class Executor:
                 # replaced at its next check-out (the server restarted or failed over, and they
                 # broke too), so a replay does not meet another dead one.
                 pool.pool._invalidate(fairy, exc.orig if isinstance(exc.orig, BaseException) else None)
-            elif bool(getattr(fairy.dbapi_connection, "closed", False)) or bool(
-                getattr(fairy.dbapi_connection, "broken", False)
-            ):
+            elif _broken(fairy.dbapi_connection):
                 fairy.invalidate()
             raise
         except BaseException:
@@ -231,7 +234,7 @@ class Executor:
         invalidated = bool(self.dialect.is_disconnect(exc, link.raw, cursor))
         if invalidated:
             self._invalidated_at = time.monotonic()
-        if invalidated or bool(getattr(link.raw, "closed", False)) or bool(getattr(link.raw, "broken", False)):
+        if invalidated or _broken(link.raw):
             self._drop(link)
         wrapped: Exception = DBAPIError.instance(
             sql,
