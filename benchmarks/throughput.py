@@ -196,6 +196,7 @@ class StatementCounter:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _engine: Any = None
     _executor: Any = None
+    _loop_driver: Any = None
 
     def attach(self, engine: Any) -> StatementCounter:
         from sqlalchemy import event
@@ -245,7 +246,36 @@ class StatementCounter:
 
         executor._execute, executor.transaction = counted_execute, counted_transaction
         self._executor = (executor, execute, transaction)
+        self._attach_loop_driver()
         return self
+
+    def _attach_loop_driver(self) -> None:
+        """PostgreSQL's claims and completions on the worker's loop (storage/loop_driver.py) pass
+        the threads' executor by: count them at the driver's one execute call, as autocommit
+        statements. A checkout from before the loop driver (--baseline) has none."""
+        try:
+            from chokaq.storage.loop_driver import LoopDriver
+        except ImportError:
+            return
+        counter = self
+        execute = LoopDriver._execute
+
+        async def counted(driver: Any, conn: Any, stmt: Any, params: Any, **kw: Any) -> Any:
+            if not counter.active:
+                return await execute(driver, conn, stmt, params, **kw)
+            kind = classify(driver.executor.rendered(stmt, params).sql)
+            t0 = time.perf_counter()
+            rows = await execute(driver, conn, stmt, params, **kw)
+            with counter._lock:
+                counter.statements += 1
+                counter.autocommit_statements += 1
+                counter.by_kind[kind] += 1
+                counter.seconds_by_kind.setdefault(kind, []).append(time.perf_counter() - t0)
+                counter.rows_by_kind[kind] += len(rows)
+            return rows
+
+        LoopDriver._execute = counted  # type: ignore[method-assign]
+        self._loop_driver = (LoopDriver, execute)
 
     def detach(self) -> None:
         from sqlalchemy import event
@@ -254,6 +284,10 @@ class StatementCounter:
             executor, execute, transaction = self._executor
             executor._execute, executor.transaction = execute, transaction
             self._executor = None
+        if self._loop_driver is not None:
+            driver_class, loop_execute = self._loop_driver
+            driver_class._execute = loop_execute
+            self._loop_driver = None
         if self._engine is None:
             return
         event.remove(self._engine, "before_cursor_execute", self._before)

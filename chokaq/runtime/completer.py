@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chokaq.runtime.changes import Changes
 from chokaq.runtime.dbcall import DbCall
@@ -25,6 +25,9 @@ from chokaq.runtime.stats import Transition, WorkerStats
 from chokaq.storage.engine import is_transient
 from chokaq.storage.store import Completion, Storage
 from chokaq.telemetry import instruments
+
+if TYPE_CHECKING:
+    from chokaq.storage.loop_driver import LoopDriver
 
 # The worker's logger: these lines were the worker's before the completer had a module of its own.
 log = logging.getLogger("chokaq.worker")
@@ -45,11 +48,13 @@ class Completer:
         retry_delay: Callable[[int], float] = backoff,
         retryable: Callable[[BaseException], bool] = is_transient,
         events: EventBus | None = None,
+        driver: Callable[[], LoopDriver | None] = lambda: None,
     ) -> None:
         """``recorded`` and ``abandoned`` hand outcomes back to the worker once the database has
         them, or once they are left to the sweep; ``retry_delay(attempt)`` and ``retryable(exc)``
         are the retry policy. ``events`` is the app's bus that hears of each recorded outcome
-        (``None``: nobody in this process listens)."""
+        (``None``: nobody in this process listens). ``driver`` gives the worker's loop driver, if
+        it has one: successes are then recorded on the event loop (see storage/loop_driver.py)."""
         self.storage = storage
         self.worker_id = worker_id
         self.outage = outage
@@ -61,6 +66,7 @@ class Completer:
         self._retry_delay = retry_delay
         self._retryable = retryable
         self._events = events if events is not None else EventBus()
+        self._driver = driver
         # Outcomes not yet taken for writing: a plain list, handed over whole (cheaper per job
         # than an asyncio.Queue's put and get).
         self._pending: list[Outcome] = []
@@ -110,9 +116,14 @@ class Completer:
 
     async def _record_successes(self, successes: list[Outcome]) -> None:
         ins = instruments()
-        done = await self._db(
-            self.storage.complete, self.worker_id, [Completion(o.lease, o.duration_ms) for o in successes]
-        )
+        completions = [Completion(o.lease, o.duration_ms) for o in successes]
+        driver = self._driver()
+        if driver is not None:
+            done, missing = await self.storage.complete_on_loop(driver, self.worker_id, completions)
+            if missing:
+                done |= await self._db(self.storage.archived_already, missing)
+        else:
+            done = await self._db(self.storage.complete, self.worker_id, completions)
         archived: Counter[tuple[str, str]] = Counter()
         archived_events: list[dict[str, Any]] = []  # the bus's event data (id, queue, type)
         for o in successes:

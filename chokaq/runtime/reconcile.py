@@ -14,8 +14,9 @@ replies are about to hand us must not be taken for an orphan."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import TypeVar
 
@@ -26,6 +27,7 @@ from chokaq.runtime.dbcall import DbCall
 from chokaq.runtime.outage import Outage, backoff
 from chokaq.runtime.slots import Slots
 from chokaq.storage.store import Storage
+from chokaq.storage.transactions import Ambiguity
 
 # The worker's logger: these lines were the worker's before the reconcile had a module of its own.
 log = logging.getLogger("chokaq.worker")
@@ -70,26 +72,46 @@ class Reconciler:
         self._left[job_id] = attempt
 
     async def move(self, fn: Callable[[], T]) -> T:
-        """Run a claim or a start: after any reconcile in progress, noting a lost reply."""
-        await self.changes.until(lambda: not self._running)
-        self._moves += 1
+        """Run a claim or a start on a database thread: after any reconcile in progress, noting a
+        lost reply."""
 
         def tracked() -> T:
             try:
                 with self.storage.ambiguity() as seen:
                     return fn()
             finally:
+                # In the thread: a call whose waiter was cancelled still reports what it left.
                 if seen.ambiguous:
                     self.due = True
 
-        try:
+        async with self._moving():
             result = await self._db(tracked)
+        self.outage.succeeded()
+        return result
+
+    async def move_on_loop(self, call: Callable[[Ambiguity], Awaitable[T]]) -> T:
+        """:meth:`move` for a call on the event loop (Storage.fetch_on_loop), which says in the
+        Ambiguity it is handed whether it may have committed unheard."""
+        seen = Ambiguity()
+        async with self._moving():
+            try:
+                result = await call(seen)
+            finally:
+                if seen.ambiguous:
+                    self.due = True
+        self.outage.succeeded()
+        return result
+
+    @contextlib.asynccontextmanager
+    async def _moving(self) -> AsyncIterator[None]:
+        await self.changes.until(lambda: not self._running)
+        self._moves += 1
+        try:
+            yield
         finally:
             self._moves -= 1
             if not self._moves or self.due:
                 self.changes.notify()
-        self.outage.succeeded()
-        return result
 
     async def reconcile(self) -> None:
         if self._running:

@@ -24,10 +24,10 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from chokaq.domain.models import JobRecord
 from chokaq.domain.states import FailureReason
@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # for the annotation only: app imports this module, never the
     from opentelemetry.trace import Span
 
     from chokaq.runtime.app import ChokaQ
+    from chokaq.storage.loop_driver import LoopDriver
 
 log = logging.getLogger("chokaq.worker")
 P = ParamSpec("P")
@@ -108,6 +109,10 @@ class Worker:
         self._last_active = time.monotonic()
         self._activity = Changes()
         self._ended = False  # run_async has returned
+        # PostgreSQL: claims and completions on this loop (storage/loop_driver.py), made once the
+        # engine has connected and closed as the worker stops; None elsewhere and before.
+        self._loop_driver: LoopDriver | None = None
+        self._loop_driver_closed = False
         self.heartbeat = Heartbeat(
             ex,
             self.outage,
@@ -128,6 +133,7 @@ class Worker:
             abandoned=lambda finished: self._done(finished, left=True),
             conflict=self._conflict,
             events=app.bus,
+            driver=self._driver,
         )
         self.deadlines = Deadlines(lambda run: self._cancel(run, CANCEL_TIMEOUT))
         self._metric_attributes: dict[tuple[str, str], dict[str, str]] = {}
@@ -137,6 +143,19 @@ class Worker:
     async def _db(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         assert self._loop is not None
         return await self._loop.run_in_executor(self._db_pool, functools.partial(fn, *args, **kwargs))
+
+    def _driver(self) -> LoopDriver | None:
+        """The loop driver, made at the first call after the engine has connected (the ping at
+        start-up connects it), on databases that have one."""
+        if self._loop_driver is None and not self._loop_driver_closed and self.storage.supports_loop_driver:
+            self._loop_driver = self.storage.loop_driver()
+        return self._loop_driver
+
+    async def _close_loop_driver(self) -> None:
+        self._loop_driver_closed = True
+        driver, self._loop_driver = self._loop_driver, None
+        if driver is not None:
+            await driver.close()
 
     def _conflict(self, transition: Transition, n: int = 1) -> None:
         if n:
@@ -257,6 +276,7 @@ class Worker:
             # returns.
             stack.callback(self._closed)
             await self._wait_for_database()
+            stack.push_async_callback(self._close_loop_driver)  # after the outcomes are written
             stack.enter_context(self._counted())
             stack.enter_context(self._sweeping())
             stack.enter_context(self._wakeups())
@@ -442,18 +462,9 @@ class Worker:
 
     async def _claim(self, want: int, *, start_now: bool) -> list[JobRecord] | None:
         """One claim; None if it failed (after the backoff wait)."""
-        claim = functools.partial(
-            self.storage.fetch,
-            self.id,
-            want,
-            self.queues,
-            start=start_now,
-            zombie_retry_types=self._zombie_retry_types,
-            skip=list(self.slots.running),
-        )
         try:
             with self.slots.claiming(want, start=start_now):
-                jobs = await self.reconciler.move(claim)
+                jobs = await self._claimed(want, start_now=start_now)
         except Exception as exc:
             # From the busy interval even while LISTEN is up: the idle one (seconds) would stall
             # the worker after one failed claim, though the failure says nothing about new jobs.
@@ -468,6 +479,22 @@ class Worker:
         self._fetch_failures = 0
         self.slots.claimed(len(jobs), want)
         return jobs
+
+    def _claimed(self, want: int, *, start_now: bool) -> Awaitable[list[JobRecord]]:
+        """The claim: on this loop where the storage can (see storage/loop_driver.py), else on a
+        database thread."""
+        options: dict[str, Any] = {
+            "start": start_now,
+            "zombie_retry_types": self._zombie_retry_types,
+            "skip": list(self.slots.running),
+        }
+        driver = self._driver()
+        if driver is not None and self.storage.fetches_on_loop(self.queues):
+            fetch = self.storage.fetch_on_loop
+            return self.reconciler.move_on_loop(
+                lambda seen: fetch(driver, self.id, want, self.queues, seen=seen, **options)
+            )
+        return self.reconciler.move(functools.partial(self.storage.fetch, self.id, want, self.queues, **options))
 
     async def _start_loop(self) -> None:
         while batch := await self.slots.jobs_to_start():

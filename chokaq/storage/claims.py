@@ -13,13 +13,14 @@ from sqlalchemy.sql.dml import ReturningUpdate
 
 from chokaq.domain.models import JobRecord
 from chokaq.storage import statements as st
+from chokaq.storage.loop_driver import LoopDriver
 from chokaq.storage.mssql_shapes import CteUpdate
 from chokaq.storage.queues import QueueCache
 from chokaq.storage.records import hot_record, hot_record_from_values
 from chokaq.storage.schema import jobs_hot, queues
 from chokaq.storage.sqlfuncs import row_lock
 from chokaq.storage.statements import FETCHED, PROCESSING
-from chokaq.storage.transactions import Transactions
+from chokaq.storage.transactions import Ambiguity, Transactions
 
 log = logging.getLogger("chokaq.storage")
 
@@ -131,6 +132,34 @@ class Claimer:
                 # The main claim has committed: raising now would strand its jobs Fetched or
                 # Processing under this worker with nobody holding them. Start what it got.
                 log.warning("claim of queues with MaxWorkers failed; keeping the main claim's jobs", exc_info=True)
-        # RETURNING / OUTPUT rows come in no particular order; the buffer starts them in claim order.
-        claimed.sort(key=lambda j: (-(j.priority or 0), j.scheduled_at_utc or 0, j.created_at_utc or 0))
-        return claimed
+        return in_claim_order(claimed)
+
+    def on_loop_possible(self, queue_names: Sequence[str] | None) -> bool:
+        """Whether :meth:`fetch_on_loop` can claim for ``queue_names`` now: the MaxWorkers list is
+        known without a read, and none of those queues is among them (their locked claim takes a
+        transaction, which stays on the threads)."""
+        limited = self.queue_cache.limited_if_known()
+        return limited is not None and not any(not queue_names or n in queue_names for n in limited)
+
+    async def fetch_on_loop(
+        self,
+        driver: LoopDriver,
+        worker_id: str,
+        limit: int,
+        queue_names: Sequence[str] | None,
+        opts: ClaimOptions,
+        seen: Ambiguity,
+    ) -> list[JobRecord]:
+        """The main claim of :meth:`fetch` on the worker's event loop, where
+        :meth:`on_loop_possible` said so: the same statement and parameters."""
+        query = claim_query(self.tx.dialect, worker_id, limit, queue_names, limited=False, options=opts)
+        if query is None:
+            return []
+        rows = await driver.run(*query, op="fetch", seen=seen, prepare=self.prepare())
+        return in_claim_order([hot_record_from_values(r) for r in rows])
+
+
+def in_claim_order(claimed: list[JobRecord]) -> list[JobRecord]:
+    """RETURNING / OUTPUT rows come in no particular order; the buffer starts them in claim order."""
+    claimed.sort(key=lambda j: (-(j.priority or 0), j.scheduled_at_utc or 0, j.created_at_utc or 0))
+    return claimed

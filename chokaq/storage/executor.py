@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 
 from chokaq.domain.errors import ConfigurationError
@@ -37,6 +38,16 @@ Rows = list[tuple[Any, ...]]
 def _broken(raw: Any) -> bool:
     """Whether a driver connection can no longer be used (psycopg's ``closed`` or ``broken``)."""
     return bool(getattr(raw, "closed", False)) or bool(getattr(raw, "broken", False))
+
+
+def driver_error(dialect: Dialect, exc: Any, raw: Any, cursor: Any, sql: str, values: Any) -> tuple[Exception, bool]:
+    """A driver error as SQLAlchemy raises it (``DBAPIError.instance``), and whether the dialect's
+    disconnect test says the connection is gone (``connection_invalidated``)."""
+    invalidated = bool(dialect.is_disconnect(exc, raw, cursor))
+    wrapped: Exception = DBAPIError.instance(
+        sql, values, exc, dialect.loaded_dbapi.Error, connection_invalidated=invalidated, dialect=dialect
+    )
+    return wrapped, invalidated
 
 
 class _Link:
@@ -231,19 +242,11 @@ class Executor:
 
     def _wrapped(self, exc: Any, link: _Link, cursor: Any, sql: str, values: Any) -> Exception:
         """The error as SQLAlchemy raises it; a connection that broke is dropped."""
-        invalidated = bool(self.dialect.is_disconnect(exc, link.raw, cursor))
+        wrapped, invalidated = driver_error(self.dialect, exc, link.raw, cursor, sql, values)
         if invalidated:
             self._invalidated_at = time.monotonic()
         if invalidated or _broken(link.raw):
             self._drop(link)
-        wrapped: Exception = DBAPIError.instance(
-            sql,
-            values,
-            exc,
-            self.dialect.loaded_dbapi.Error,
-            connection_invalidated=invalidated,
-            dialect=self.dialect,
-        )
         return wrapped
 
     # ----------------------------------------------------------------- connections

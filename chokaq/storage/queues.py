@@ -121,6 +121,11 @@ class QueueCache:
             self._limited = (time.monotonic(), names)
         return names
 
+    def limited_if_known(self) -> list[str] | None:
+        """The MaxWorkers queues without a read: None when the list is due for its re-read."""
+        stamp, names = self._limited
+        return None if time.monotonic() - stamp > LIMITED_QUEUE_TTL else names
+
     def pin_limited(self, names: Sequence[str], *, for_seconds: float) -> None:
         """Take ``names`` as the MaxWorkers queues for ``for_seconds``, without reading them (tests
         that count a claim's statements pin the list so no re-read lands among them)."""

@@ -30,6 +30,7 @@ from chokaq.storage.engine import build_engine
 from chokaq.storage.enqueue import Enqueuer, new_job_id
 from chokaq.storage.enqueue import bind as _bind
 from chokaq.storage.lookup import get_job_statement, record_from_union
+from chokaq.storage.loop_driver import ConnectArgs, LoopDriver
 from chokaq.storage.lost_replies import LostReplies
 from chokaq.storage.moving import run_move, runs_alone
 from chokaq.storage.queue_stats import read_queue_stats
@@ -93,6 +94,8 @@ class Storage:
         self._statistics = StatisticsCheck(self.tx)
         self._enqueuer = Enqueuer(self.tx, self.queue_cache, self.wakeups)
         self._claimer = Claimer(self.tx, self.queue_cache, prepare=lambda: self._statistics.keeps_plans_current)
+        # What the engine connects with, for a worker's LoopDriver (PostgreSQL only).
+        self._connect_args = ConnectArgs(self.engine) if self.dialect == "postgresql" else None
 
     # What this database offers the worker, asked by name rather than by dialect outside storage/.
     @property
@@ -104,6 +107,19 @@ class Storage:
     def supports_statistics_refresh(self) -> bool:
         """Whether :meth:`refresh_statistics` can ever do anything here: PostgreSQL."""
         return self.dialect == "postgresql"
+
+    @property
+    def supports_loop_driver(self) -> bool:
+        """Whether a worker's claims and completions can run on its event loop (see
+        loop_driver.py): PostgreSQL."""
+        return self._connect_args is not None
+
+    def loop_driver(self) -> LoopDriver | None:
+        """A driver for the calling event loop's claims and completions, once the engine has
+        connected (it connects as the engine did); None before that and on other databases.
+        Never blocks. The caller closes it before its loop ends."""
+        args = self._connect_args.value if self._connect_args is not None else None
+        return LoopDriver(self.tx, args) if args is not None else None
 
     # ------------------------------------------------------------------ transactions
     @property
@@ -218,6 +234,28 @@ class Storage:
         options = ClaimOptions(start, tuple(zombie_retry_types), tuple(skip))
         return self._claimer.fetch(worker_id, limit, queue_names, options)
 
+    def fetches_on_loop(self, queue_names: Sequence[str] | None = None) -> bool:
+        """Whether :meth:`fetch_on_loop` can claim for ``queue_names`` now (else :meth:`fetch`,
+        on a database thread: queues with MaxWorkers, or their list is due for a re-read)."""
+        return self._claimer.on_loop_possible(queue_names)
+
+    async def fetch_on_loop(
+        self,
+        driver: LoopDriver,
+        worker_id: str,
+        limit: int,
+        queue_names: Sequence[str] | None = None,
+        *,
+        seen: Ambiguity,
+        start: bool = False,
+        zombie_retry_types: Collection[str] = (),
+        skip: Collection[str] = (),
+    ) -> list[JobRecord]:
+        """:meth:`fetch` on the event loop of ``driver``, where :meth:`fetches_on_loop` says it can.
+        ``seen.ambiguous``: the claim may have committed behind a lost reply."""
+        options = ClaimOptions(start, tuple(zombie_retry_types), tuple(skip))
+        return await self._claimer.fetch_on_loop(driver, worker_id, limit, queue_names, options, seen)
+
     def start(self, worker_id: str, jobs: Sequence[JobRecord], zombie_retry_types: Collection[str] = ()) -> StartResult:
         """Fetched -> Processing for jobs this worker fetched: the last ownership check before user
         code runs. The records of the jobs that started are updated in place and returned; jobs
@@ -312,11 +350,34 @@ class Storage:
         """Processing -> Archive for a batch of successes, in one transaction."""
         if not done:
             return set()
+        move, params = self._completion(worker_id, done)
+        moved = {job_id for job_id, _ in self.move(move, params, op="complete")}
+        missing = [d.lease for d in done if d.lease.job_id not in moved]
+        return moved | self.archived_already(missing) if missing else moved
+
+    async def complete_on_loop(
+        self, driver: LoopDriver, worker_id: str, done: Sequence[Completion]
+    ) -> tuple[set[str], list[Lease]]:
+        """:meth:`complete` on the event loop of ``driver`` (PostgreSQL's one statement): the ids
+        moved, and the leases it did not move. A replay after a lost reply finds its own earlier
+        success gone from JobsHot: the caller asks :meth:`archived_already` about those (rare,
+        and a read, so on a database thread)."""
+        if not done:
+            return set(), []
+        move, params = self._completion(worker_id, done)
+        rows = await driver.run(move.single, params, op="complete", seen=Ambiguity())
+        moved = {r[0] for r in rows}
+        return moved, [d.lease for d in done if d.lease.job_id not in moved]
+
+    def _completion(self, worker_id: str, done: Sequence[Completion]) -> tuple[MoveStatements, dict[str, Any]]:
         groups, params = fence_params(worker_id, [d.lease for d in done], self.dialect)
         params["durations"] = json.dumps({d.lease.job_id: d.duration_ms for d in done})
-        moved = {job_id for job_id, _ in self.move(st.complete_statements(groups), params, op="complete")}
-        missing = [d.lease for d in done if d.lease.job_id not in moved]
-        return moved | self.lost_replies.already(jobs_archive, missing) if missing else moved
+        return st.complete_statements(groups), params
+
+    def archived_already(self, leases: Sequence[Lease]) -> set[str]:
+        """Ids among ``leases`` already archived by this worker at that attempt (see
+        :meth:`LostReplies.already`)."""
+        return self.lost_replies.already(jobs_archive, leases) if leases else set()
 
     def fail(self, lease: Lease, reason: FailureReason, error_details: str | None) -> bool:
         """Processing -> DLQ. False when the worker no longer owns the job (a stale move)."""

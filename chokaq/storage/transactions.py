@@ -160,23 +160,35 @@ class Transactions:
                     self.fault_injector(op)
                 return once()
             except (DBAPIError, OperationalError) as exc:
-                if self._local.sent and self.dialect != "sqlite" and may_have_committed(exc):
+                if self._local.sent and self.unheard(exc):
                     # The connection died under a write: it may have committed, and the reply was
                     # lost. The replay cannot tell; callers that care reconcile (see ambiguity()).
                     self._local.ambiguous = True
                     self._local.replaying = True  # the attempts after this one: see replaying()
-                if attempt >= attempts or not is_transient(exc):
-                    raise
-                delay = min(0.05 * (2**attempt), 2.0) * (0.5 + random.random())
-                log.warning(
-                    "transient database error in %s (attempt %d), retrying in %.2fs: %s",
-                    op,
-                    attempt + 1,
-                    delay,
-                    str(exc).splitlines()[0],
-                )
-                time.sleep(delay)
+                time.sleep(self.replay_delay(exc, attempt, op=op))
         raise AssertionError("unreachable")
+
+    def unheard(self, exc: BaseException) -> bool:
+        """A failure of a statement already sent that may have committed behind a lost reply
+        (never on SQLite: no connection to lose)."""
+        return self.dialect != "sqlite" and may_have_committed(exc)
+
+    def replay_delay(self, exc: BaseException, attempt: int, *, op: str) -> float:
+        """How long to wait before replaying a call whose ``attempt`` (from 0) failed with ``exc``;
+        raises ``exc`` when it is not to be replayed (not transient, or the replays are used up).
+        The policy of :meth:`retrying`, shared with the worker's calls on its event loop
+        (loop_driver.py)."""
+        if attempt >= self.settings.transient_retries or not is_transient(exc):
+            raise exc
+        delay: float = min(0.05 * 2.0**attempt, 2.0) * (0.5 + random.random())
+        log.warning(
+            "transient database error in %s (attempt %d), retrying in %.2fs: %s",
+            op,
+            attempt + 1,
+            delay,
+            str(exc).splitlines()[0],
+        )
+        return delay
 
     @contextlib.contextmanager
     def ambiguity(self) -> Iterator[Ambiguity]:
