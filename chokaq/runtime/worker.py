@@ -264,6 +264,7 @@ class Worker:
 
     async def run_async(self, *, install_signals: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
+        self._loop_driver_closed = False  # a worker may run again, on a new loop
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._begin_stop)

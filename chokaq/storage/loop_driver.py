@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, event
@@ -53,13 +53,27 @@ class LoopDriver:
         # threads' executor does (a disconnect usually means a restart or a failover).
         self._invalidated_at = float("-inf")
         self._closed = False
+        self._finishing: set[asyncio.Task[Rows]] = set()  # statements let finish (see run)
 
     async def run(
-        self, stmt: Any, params: Mapping[str, Any], *, op: str, seen: Ambiguity, prepare: bool = True
+        self,
+        stmt: Any,
+        params: Mapping[str, Any],
+        *,
+        op: str,
+        seen: Ambiguity,
+        prepare: bool = True,
+        finish: bool = False,
     ) -> Rows:
         """One writing statement by itself (autocommit), replayed on transient errors as
         :meth:`Transactions.driver` replays it. ``seen.ambiguous`` is set when an attempt may have
-        committed behind a lost reply. ``prepare``: see :meth:`Executor.run`."""
+        committed behind a lost reply. ``prepare``: see :meth:`Executor.run`.
+
+        ``finish``: a caller cancelled while the statement is out does not cancel the statement
+        (psycopg would cancel it on the server). A completion is let finish, as a thread would
+        finish it: the handler's work is done, and a cancelled archive move would leave its job
+        Processing for the sweep. :meth:`close` waits for such statements. A claim is not: cancelled
+        on the server it claims nothing, and one that still committed is reported ambiguous."""
         attempt = 0
         while True:
             sent = False
@@ -74,7 +88,9 @@ class LoopDriver:
                     # Off the loop: a hook that sleeps plays a slow database, which the loop
                     # awaits, as the threads' calls would be awaited; it must not stall the loop.
                     await asyncio.to_thread(injector, op)
-                return await self._once(stmt, params, prepare=prepare, sending=sending)
+                if not finish:
+                    return await self._once(stmt, params, prepare=prepare, sending=sending)
+                return await asyncio.shield(self._finished(self._once(stmt, params, prepare=prepare, sending=sending)))
             except DBAPIError as exc:
                 if sent and self.tx.unheard(exc):
                     seen.ambiguous = True
@@ -87,6 +103,17 @@ class LoopDriver:
                 raise
             attempt += 1
             await asyncio.sleep(delay)
+
+    def _finished(self, attempt: Coroutine[Any, Any, Rows]) -> asyncio.Task[Rows]:
+        task = asyncio.ensure_future(attempt)
+        self._finishing.add(task)
+        task.add_done_callback(self._finish_ended)
+        return task
+
+    def _finish_ended(self, task: asyncio.Task[Rows]) -> None:
+        self._finishing.discard(task)
+        if not task.cancelled():
+            task.exception()  # its waiter may be gone: retrieved here, never reported as unretrieved
 
     async def _once(self, stmt: Any, params: Mapping[str, Any], *, prepare: bool, sending: Callable[[], None]) -> Rows:
         conn, born = await self._take()
@@ -117,18 +144,23 @@ class LoopDriver:
 
         rendered = self.executor.rendered(stmt, params)
         values = rendered.bind(params)
-        cursor = conn.cursor()
+        cursor = None
         try:
+            cursor = conn.cursor()
             await cursor.execute(rendered.sql, values, prepare=prepare)
             fetched = await cursor.fetchall() if rendered.returns_rows or cursor.description else []
             return rendered.rows(fetched)
         except psycopg.Error as exc:
             raise self._wrapped(exc, conn, cursor, rendered.sql, values) from exc
         finally:
-            with contextlib.suppress(Exception):
-                await cursor.close()
+            if cursor is not None:
+                with contextlib.suppress(Exception):
+                    await cursor.close()
 
     async def _take(self) -> tuple[AsyncConnection[Any], float]:
+        if self._closed:
+            # A task left running past the worker's stop (a bug elsewhere): it must not claim.
+            raise RuntimeError("the worker's loop driver is closed")
         while self._idle:
             conn, born = self._idle.pop()
             if born > self._invalidated_at and not _broken(conn):
@@ -153,9 +185,12 @@ class LoopDriver:
             self._invalidated_at = time.monotonic()
         return wrapped
 
-    async def close(self) -> None:
-        """Close every connection (the worker's loop is about to end)."""
+    async def close(self, grace: float = 15.0) -> None:
+        """Close every connection (the worker's loop is about to end), after the statements let
+        finish (see :meth:`run`) have, for ``grace`` seconds at most."""
         self._closed = True
+        if self._finishing:
+            await asyncio.wait(set(self._finishing), timeout=grace)
         idle, self._idle = self._idle, []
         for conn, _ in idle:
             await _close_quietly(conn)
@@ -171,24 +206,43 @@ async def _close_quietly(conn: AsyncConnection[Any]) -> None:
         return
 
 
+def loop_supported() -> bool:
+    """Whether the running loop can host psycopg's asynchronous connections: not Windows'
+    ProactorEventLoop (asyncio's default there), which psycopg refuses."""
+    proactor = getattr(asyncio, "ProactorEventLoop", None)
+    return proactor is None or not isinstance(asyncio.get_running_loop(), proactor)
+
+
 class ConnectArgs:
     """What the engine last connected with: the driver's arguments as SQLAlchemy hands them over
     (its URL and ``connect_args``, through the ``do_connect`` event), so a :class:`LoopDriver`
-    connects exactly as the engine does. Kept in memory only: it holds the password."""
+    connects exactly as the engine does. Kept in memory only: it holds the password.
 
-    def __init__(self, engine: Engine) -> None:
+    Only for an engine chokaq built (``own``), whose connections are set up by their arguments
+    alone: the thread path also runs an engine's pool hooks (``connect``, ``checkout``: a ``SET
+    ROLE``, say) and its ``do_connect`` hooks (a token sign-in), which a raw asynchronous connect
+    would leave out. Such hooks added later to chokaq's own engine turn it off too."""
+
+    def __init__(self, engine: Engine, *, own: bool) -> None:
         self._engine = engine
+        self._own = own
+        self._hooks = self._pool_hooks()
         self._seen_args: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         event.listen(engine, "do_connect", self._seen)
 
+    def _pool_hooks(self) -> tuple[int, int]:
+        dispatch = self._engine.pool.dispatch
+        return len(dispatch.connect), len(dispatch.checkout)
+
     @property
     def value(self) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-        """The arguments, once the engine has connected; None before, and for an engine whose
-        connections an application's own ``do_connect`` hook makes or signs in (a token that
-        expires, say): only the engine's own connects run that hook, so its calls keep the
-        threads."""
-        if any(fn != self._seen for fn in self._engine.dialect.dispatch.do_connect):
+        """The arguments, once the engine has connected; None before that, and for an engine
+        whose connections do more than their arguments say (see the class)."""
+        if not self._own or self._pool_hooks() != self._hooks:
             return None
+        for fn in self._engine.dialect.dispatch.do_connect:
+            if not isinstance(getattr(fn, "__self__", None), ConnectArgs):  # another Storage's is fine
+                return None
         return self._seen_args
 
     def _seen(self, _dialect: Any, _record: Any, cargs: Sequence[Any], cparams: Mapping[str, Any]) -> None:

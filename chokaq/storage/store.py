@@ -30,7 +30,7 @@ from chokaq.storage.engine import build_engine
 from chokaq.storage.enqueue import Enqueuer, new_job_id
 from chokaq.storage.enqueue import bind as _bind
 from chokaq.storage.lookup import get_job_statement, record_from_union
-from chokaq.storage.loop_driver import ConnectArgs, LoopDriver
+from chokaq.storage.loop_driver import ConnectArgs, LoopDriver, loop_supported
 from chokaq.storage.lost_replies import LostReplies
 from chokaq.storage.moving import run_move, runs_alone
 from chokaq.storage.queue_stats import read_queue_stats
@@ -95,7 +95,7 @@ class Storage:
         self._enqueuer = Enqueuer(self.tx, self.queue_cache, self.wakeups)
         self._claimer = Claimer(self.tx, self.queue_cache, prepare=lambda: self._statistics.keeps_plans_current)
         # What the engine connects with, for a worker's LoopDriver (PostgreSQL only).
-        self._connect_args = ConnectArgs(self.engine) if self.dialect == "postgresql" else None
+        self._connect_args = ConnectArgs(self.engine, own=engine is None) if self.dialect == "postgresql" else None
 
     # What this database offers the worker, asked by name rather than by dialect outside storage/.
     @property
@@ -119,7 +119,7 @@ class Storage:
         connected (it connects as the engine did); None before that and on other databases.
         Never blocks. The caller closes it before its loop ends."""
         args = self._connect_args.value if self._connect_args is not None else None
-        return LoopDriver(self.tx, args) if args is not None else None
+        return LoopDriver(self.tx, args) if args is not None and loop_supported() else None
 
     # ------------------------------------------------------------------ transactions
     @property
@@ -365,7 +365,7 @@ class Storage:
         if not done:
             return set(), []
         move, params = self._completion(worker_id, done)
-        rows = await driver.run(move.single, params, op="complete", seen=Ambiguity())
+        rows = await driver.run(move.single, params, op="complete", seen=Ambiguity(), finish=True)
         moved = {r[0] for r in rows}
         return moved, [d.lease for d in done if d.lease.job_id not in moved]
 
