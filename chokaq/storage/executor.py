@@ -244,12 +244,22 @@ class Executor:
         """The error as SQLAlchemy raises it; a connection that broke is dropped."""
         wrapped, invalidated = driver_error(self.dialect, exc, link.raw, cursor, sql, values)
         if invalidated:
-            self._invalidated_at = time.monotonic()
+            self.disconnected()
         if invalidated or _broken(link.raw):
             self._drop(link)
         return wrapped
 
     # ----------------------------------------------------------------- connections
+    @property
+    def invalidated_at(self) -> float:
+        """When a connection last broke, here or on a worker's loop (loop_driver.py)."""
+        return self._invalidated_at
+
+    def disconnected(self) -> None:
+        """A connection broke: every connection made before now, the threads' and the loop
+        drivers', is replaced before its next statement."""
+        self._invalidated_at = time.monotonic()
+
     def connect(self) -> None:
         """Open this thread's connection now rather than at its first statement."""
         self._link()

@@ -49,9 +49,6 @@ class LoopDriver:
         self._connect_args = connect_args
         self._idle: list[tuple[AsyncConnection[Any], float]] = []  # (connection, when it connected)
         self._busy: set[AsyncConnection[Any]] = set()
-        # When a connection last broke: older ones are replaced before their next use, as the
-        # threads' executor does (a disconnect usually means a restart or a failover).
-        self._invalidated_at = float("-inf")
         self._closed = False
         self._finishing: set[asyncio.Task[Rows]] = set()  # statements let finish (see run)
 
@@ -163,7 +160,9 @@ class LoopDriver:
             raise RuntimeError("the worker's loop driver is closed")
         while self._idle:
             conn, born = self._idle.pop()
-            if born > self._invalidated_at and not _broken(conn):
+            # A disconnect seen here or on a thread retires every older connection: it usually
+            # means a restart or a failover, and they broke too.
+            if born > self.executor.invalidated_at and not _broken(conn):
                 self._busy.add(conn)
                 return conn, born
             await _close_quietly(conn)
@@ -182,7 +181,7 @@ class LoopDriver:
         """The error as SQLAlchemy raises it; a disconnect retires every older connection."""
         wrapped, invalidated = driver_error(self.dialect, exc, conn, cursor, sql, values)
         if invalidated:
-            self._invalidated_at = time.monotonic()
+            self.executor.disconnected()
         return wrapped
 
     async def close(self, grace: float = 15.0) -> None:

@@ -165,6 +165,21 @@ def test_the_loop_driver_replaces_its_connections_after_they_were_cut(
     s.close()
 
 
+def test_a_disconnect_seen_on_a_thread_retires_the_loop_drivers_connections(direct: Storage) -> None:
+    """One clock for both paths: after a failover the loop driver does not meet a dead connection
+    the threads already found (nor they one it found), which would cost a replay and a reconcile."""
+    pid = select(func.pg_backend_pid())
+
+    async def use(driver: LoopDriver) -> tuple[Any, Any, Any]:
+        first = await driver.run(pid, {}, op="pid", seen=Ambiguity())
+        again = await driver.run(pid, {}, op="pid", seen=Ambiguity())
+        direct.tx.executor.disconnected()  # what a thread's broken connection records
+        return first, again, await driver.run(pid, {}, op="pid", seen=Ambiguity())
+
+    first, again, after = on_loop(direct, use)
+    assert first == again and after != first
+
+
 def test_a_refused_statement_is_not_replayed_and_keeps_the_connection(direct: Storage) -> None:
     attempts: list[str] = []
     direct.fault_injector = attempts.append
