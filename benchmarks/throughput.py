@@ -513,13 +513,16 @@ def throughput_round(
         if analyze and pg:
             analyze_table(DB, 'chokaq."JobsHot"')
         counter = StatementCounter().attach(app.storage.engine) if count else None
-        if counter is not None and getattr(getattr(app.storage, "tx", None), "executor", None) is not None:
-            counter.attach_executor(app.storage.tx.executor)
-        wt = WorkerThread(app, concurrency)
-        drain = timed_drain(wt, state, n, rnd, DB if pg else None, counter)
-        counts = counter.snapshot() if counter is not None else None
-        if counter is not None:
-            counter.detach()
+        try:
+            if counter is not None and getattr(getattr(app.storage, "tx", None), "executor", None) is not None:
+                counter.attach_executor(app.storage.tx.executor)
+            wt = WorkerThread(app, concurrency)
+            drain = timed_drain(wt, state, n, rnd, DB if pg else None, counter)
+            counts = counter.snapshot() if counter is not None else None
+        finally:
+            # The loop driver's counter is patched on its class: never left on after a failed round.
+            if counter is not None:
+                counter.detach()
         archived = archive_count(app)
         if archived != n:
             log(f"WARNING round {rnd}: JobsArchive has {archived} rows, expected {n}")

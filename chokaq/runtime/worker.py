@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -110,9 +110,8 @@ class Worker:
         self._activity = Changes()
         self._ended = False  # run_async has returned
         # PostgreSQL: claims and completions on this loop (storage/loop_driver.py), made once the
-        # engine has connected and closed as the worker stops; None elsewhere and before.
+        # database answered at start-up and closed as the worker stops; None elsewhere.
         self._loop_driver: LoopDriver | None = None
-        self._loop_driver_closed = False
         self.heartbeat = Heartbeat(
             ex,
             self.outage,
@@ -145,17 +144,20 @@ class Worker:
         return await self._loop.run_in_executor(self._db_pool, functools.partial(fn, *args, **kwargs))
 
     def _driver(self) -> LoopDriver | None:
-        """The loop driver, made at the first call after the engine has connected (the ping at
-        start-up connects it), on databases that have one."""
-        if self._loop_driver is None and not self._loop_driver_closed and self.storage.supports_loop_driver:
-            self._loop_driver = self.storage.loop_driver()
         return self._loop_driver
 
-    async def _close_loop_driver(self) -> None:
-        self._loop_driver_closed = True
-        driver, self._loop_driver = self._loop_driver, None
-        if driver is not None:
-            await driver.close()
+    @contextlib.asynccontextmanager
+    async def _driven(self) -> AsyncIterator[None]:
+        """The loop driver for this run, on databases that have one. Made after the start-up
+        ping, which has connected the engine (the driver connects as it did); closed once the
+        outcomes are written."""
+        self._loop_driver = self.storage.loop_driver()
+        try:
+            yield
+        finally:
+            driver, self._loop_driver = self._loop_driver, None
+            if driver is not None:
+                await driver.close()
 
     def _conflict(self, transition: Transition, n: int = 1) -> None:
         if n:
@@ -264,7 +266,6 @@ class Worker:
 
     async def run_async(self, *, install_signals: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
-        self._loop_driver_closed = False  # a worker may run again, on a new loop
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._begin_stop)
@@ -277,7 +278,7 @@ class Worker:
             # returns.
             stack.callback(self._closed)
             await self._wait_for_database()
-            stack.push_async_callback(self._close_loop_driver)  # after the outcomes are written
+            await stack.enter_async_context(self._driven())
             stack.enter_context(self._counted())
             stack.enter_context(self._sweeping())
             stack.enter_context(self._wakeups())

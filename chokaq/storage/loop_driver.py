@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, event
@@ -66,11 +66,21 @@ class LoopDriver:
         :meth:`Transactions.driver` replays it. ``seen.ambiguous`` is set when an attempt may have
         committed behind a lost reply. ``prepare``: see :meth:`Executor.run`.
 
-        ``finish``: a caller cancelled while the statement is out does not cancel the statement
-        (psycopg would cancel it on the server). A completion is let finish, as a thread would
-        finish it: the handler's work is done, and a cancelled archive move would leave its job
-        Processing for the sweep. :meth:`close` waits for such statements. A claim is not: cancelled
-        on the server it claims nothing, and one that still committed is reported ambiguous."""
+        ``finish``: a caller cancelled while the call runs does not cancel it (psycopg would cancel
+        the statement on the server): the call, replays included, goes on to its end, as a thread
+        would take it there. A completion is run so: the handler's work is done, and a cancelled
+        archive move would leave its job Processing for the sweep. :meth:`close` waits for such
+        calls. A claim is not: cancelled on the server it claims nothing, and one that still
+        committed is reported ambiguous."""
+        call = self._replayed(stmt, params, op=op, seen=seen, prepare=prepare)
+        if not finish:
+            return await call
+        task = asyncio.ensure_future(call)
+        self._finishing.add(task)
+        task.add_done_callback(self._finish_ended)
+        return await asyncio.shield(task)
+
+    async def _replayed(self, stmt: Any, params: Mapping[str, Any], *, op: str, seen: Ambiguity, prepare: bool) -> Rows:
         attempt = 0
         while True:
             sent = False
@@ -85,9 +95,7 @@ class LoopDriver:
                     # Off the loop: a hook that sleeps plays a slow database, which the loop
                     # awaits, as the threads' calls would be awaited; it must not stall the loop.
                     await asyncio.to_thread(injector, op)
-                if not finish:
-                    return await self._once(stmt, params, prepare=prepare, sending=sending)
-                return await asyncio.shield(self._finished(self._once(stmt, params, prepare=prepare, sending=sending)))
+                return await self._once(stmt, params, prepare=prepare, sending=sending)
             except DBAPIError as exc:
                 if sent and self.tx.unheard(exc):
                     seen.ambiguous = True
@@ -101,16 +109,12 @@ class LoopDriver:
             attempt += 1
             await asyncio.sleep(delay)
 
-    def _finished(self, attempt: Coroutine[Any, Any, Rows]) -> asyncio.Task[Rows]:
-        task = asyncio.ensure_future(attempt)
-        self._finishing.add(task)
-        task.add_done_callback(self._finish_ended)
-        return task
-
     def _finish_ended(self, task: asyncio.Task[Rows]) -> None:
         self._finishing.discard(task)
         if not task.cancelled():
-            task.exception()  # its waiter may be gone: retrieved here, never reported as unretrieved
+            # Its waiter may be gone (a shield drops its own callback once cancelled): retrieved
+            # here, so an error is never reported as unretrieved.
+            task.exception()
 
     async def _once(self, stmt: Any, params: Mapping[str, Any], *, prepare: bool, sending: Callable[[], None]) -> Rows:
         conn, born = await self._take()
@@ -217,32 +221,46 @@ class ConnectArgs:
     (its URL and ``connect_args``, through the ``do_connect`` event), so a :class:`LoopDriver`
     connects exactly as the engine does. Kept in memory only: it holds the password.
 
-    Only for an engine chokaq built (``own``), whose connections are set up by their arguments
-    alone: the thread path also runs an engine's pool hooks (``connect``, ``checkout``: a ``SET
-    ROLE``, say) and its ``do_connect`` hooks (a token sign-in), which a raw asynchronous connect
-    would leave out. Such hooks added later to chokaq's own engine turn it off too."""
+    Only for an engine chokaq built (``own``) whose connections are set up by their arguments
+    alone. The threads' connections also run the engine's pool hooks (``connect``, ``checkout``:
+    a ``SET ROLE``, say, or an instrumentation's) and ``do_connect`` hooks (a token sign-in),
+    which a raw asynchronous connect would leave out; with any such hook of someone else's,
+    claims and completions stay on the threads (:meth:`refusal` says why)."""
 
     def __init__(self, engine: Engine, *, own: bool) -> None:
         self._engine = engine
         self._own = own
-        self._hooks = self._pool_hooks()
         self._seen_args: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         event.listen(engine, "do_connect", self._seen)
 
-    def _pool_hooks(self) -> tuple[int, int]:
-        dispatch = self._engine.pool.dispatch
-        return len(dispatch.connect), len(dispatch.checkout)
-
     @property
     def value(self) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-        """The arguments, once the engine has connected; None before that, and for an engine
-        whose connections do more than their arguments say (see the class)."""
-        if not self._own or self._pool_hooks() != self._hooks:
-            return None
+        """The arguments, once the engine has connected and when :meth:`refusal` has nothing to
+        say; None otherwise."""
+        return self._seen_args if self.refusal() is None else None
+
+    def refusal(self) -> str | None:
+        """Why a loop driver must not connect as this engine does (None: it may)."""
+        if not self._own:
+            return "the engine was built by the application"
+        pool = self._engine.pool.dispatch
+        for kind, hooks in (("pool connect", pool.connect), ("pool checkout", pool.checkout)):
+            foreign = [fn for fn in hooks if not _sqlalchemys(fn)]
+            if foreign:
+                return f"the engine has a {kind} hook ({_name(foreign[0])})"
         for fn in self._engine.dialect.dispatch.do_connect:
             if not isinstance(getattr(fn, "__self__", None), ConnectArgs):  # another Storage's is fine
-                return None
-        return self._seen_args
+                return f"the engine has a do_connect hook ({_name(fn)})"
+        return None
 
     def _seen(self, _dialect: Any, _record: Any, cargs: Sequence[Any], cparams: Mapping[str, Any]) -> None:
         self._seen_args = (tuple(cargs), dict(cparams))  # returns None: the engine connects as usual
+
+
+def _sqlalchemys(fn: Any) -> bool:
+    """A hook SQLAlchemy itself registers (its dialect's on-connect set-up)."""
+    return str(getattr(fn, "__module__", "")).startswith("sqlalchemy.")
+
+
+def _name(fn: Any) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from chokaq.storage.transactions import Ambiguity, Transactions
 from chokaq.storage.wakeups import Announcer, Wakeups
 from chokaq.storage.wakeups import notify as _notify
 
+log = logging.getLogger("chokaq.storage")
 T = TypeVar("T")
 __all__ = ["Completion", "StartResult", "Storage", "new_job_id"]
 
@@ -96,6 +98,7 @@ class Storage:
         self._claimer = Claimer(self.tx, self.queue_cache, prepare=lambda: self._statistics.keeps_plans_current)
         # What the engine connects with, for a worker's LoopDriver (PostgreSQL only).
         self._connect_args = ConnectArgs(self.engine, own=engine is None) if self.dialect == "postgresql" else None
+        self._loop_refusals: set[str] = set()  # reasons already logged
 
     # What this database offers the worker, asked by name rather than by dialect outside storage/.
     @property
@@ -108,18 +111,21 @@ class Storage:
         """Whether :meth:`refresh_statistics` can ever do anything here: PostgreSQL."""
         return self.dialect == "postgresql"
 
-    @property
-    def supports_loop_driver(self) -> bool:
-        """Whether a worker's claims and completions can run on its event loop (see
-        loop_driver.py): PostgreSQL."""
-        return self._connect_args is not None
-
     def loop_driver(self) -> LoopDriver | None:
         """A driver for the calling event loop's claims and completions, once the engine has
-        connected (it connects as the engine did); None before that and on other databases.
-        Never blocks. The caller closes it before its loop ends."""
-        args = self._connect_args.value if self._connect_args is not None else None
-        return LoopDriver(self.tx, args) if args is not None and loop_supported() else None
+        connected (it connects as the engine did); None before that, on other databases, and
+        where it cannot connect as the engine does (logged once). Never blocks. The caller
+        closes it before its loop ends."""
+        if self._connect_args is None:
+            return None
+        why = self._connect_args.refusal() or (None if loop_supported() else "the event loop is a ProactorEventLoop")
+        if why is not None:
+            if why not in self._loop_refusals:
+                self._loop_refusals.add(why)
+                log.info("claims and completions run on database threads, not on the worker's loop: %s", why)
+            return None
+        args = self._connect_args.value
+        return LoopDriver(self.tx, args) if args is not None else None
 
     # ------------------------------------------------------------------ transactions
     @property

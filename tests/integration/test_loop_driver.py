@@ -5,11 +5,12 @@ connections and refused statements handled as there."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import event, func, select, text
+from sqlalchemy import Pool, event, func, select, text
 from sqlalchemy.exc import DBAPIError
 
 from chokaq.domain.models import EnqueueRequest
@@ -167,7 +168,7 @@ def test_the_loop_driver_replaces_its_connections_after_they_were_cut(
 
 def test_a_disconnect_seen_on_a_thread_retires_the_loop_drivers_connections(direct: Storage) -> None:
     """One clock for both paths: after a failover the loop driver does not meet a dead connection
-    the threads already found (nor they one it found), which would cost a replay and a reconcile."""
+    the threads already found, which would cost a replay and a reconcile."""
     pid = select(func.pg_backend_pid())
 
     async def use(driver: LoopDriver) -> tuple[Any, Any, Any]:
@@ -178,6 +179,27 @@ def test_a_disconnect_seen_on_a_thread_retires_the_loop_drivers_connections(dire
 
     first, again, after = on_loop(direct, use)
     assert first == again and after != first
+
+
+def test_a_disconnect_seen_on_the_loop_retires_the_threads_connections(
+    pg_url: str, direct: Storage, fault_proxy: Proxy
+) -> None:
+    """And the other way round: the thread's statement after the loop met the failover goes out on
+    a new connection instead of failing on its dead one."""
+    proxy = fault_proxy(pg_url)
+    s = through(proxy, pg_url)
+    pid = select(func.pg_backend_pid())
+    executor = s.tx.executor
+    on_thread = executor.run(pid, {}, sending=lambda: None, prepare=False)
+
+    async def use(driver: LoopDriver) -> None:
+        await driver.run(pid, {}, op="pid", seen=Ambiguity())
+        assert proxy.cut_all() >= 2  # the thread's connection and the loop's
+        await driver.run(pid, {}, op="pid", seen=Ambiguity())  # fails once, replayed
+
+    on_loop(s, use)
+    assert executor.run(pid, {}, sending=lambda: None, prepare=False) != on_thread  # no error: replaced first
+    s.close()
 
 
 def test_a_refused_statement_is_not_replayed_and_keeps_the_connection(direct: Storage) -> None:
@@ -238,28 +260,57 @@ def test_a_postgres_worker_claims_and_completes_on_its_loop(pg_url: str) -> None
 
 def test_an_engine_whose_connections_do_more_than_their_arguments_keeps_the_threads(pg_url: str) -> None:
     """Hooks run only in the engine's own connects: a ``do_connect`` (a token sign-in, say, which
-    a loop driver connecting with the arguments it saw once could outlive) or a pool ``connect``
-    hook (a ``SET ROLE``). An engine the caller built may have either."""
+    a loop driver connecting with the arguments it saw once could outlive), a pool ``connect`` or
+    ``checkout`` hook (a ``SET ROLE``), also one registered on every pool. An engine the caller
+    built may have any of them. The worker says once why it keeps the threads."""
     s = Storage(pg_url)
-    s.ping()
-    assert asyncio.run(_made(s))
-    signed_in: list[str] = []
-
-    def sign_in(_dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:
-        signed_in.append("token")
-
-    def set_role(_dbapi_conn: Any, _record: Any) -> None:
-        pass
-
-    for hook, fn in (("do_connect", sign_in), ("connect", set_role)):
-        event.listen(s.engine, hook, fn)
-        assert not asyncio.run(_made(s)), hook
-        event.remove(s.engine, hook, fn)
-        assert asyncio.run(_made(s)), hook
     second = Storage(pg_url, engine=s.engine)  # its own do_connect listener is no foreign hook
-    assert asyncio.run(_made(s))
-    assert not asyncio.run(_made(second))  # an engine the caller built
-    s.close()
+    said = Said()
+    logger = logging.getLogger("chokaq.storage")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(said)
+    try:
+        s.ping()
+        assert asyncio.run(_made(s))
+
+        def sign_in(_dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:
+            pass
+
+        def set_role(_dbapi_conn: Any, _record: Any, *_proxy: Any) -> None:
+            pass
+
+        hooks: list[tuple[Any, str, Callable[..., None]]] = [
+            (s.engine, "do_connect", sign_in),
+            (s.engine, "connect", set_role),
+            (s.engine, "checkout", set_role),
+            (Pool, "connect", set_role),
+        ]
+        for target, hook, fn in hooks:
+            event.listen(target, hook, fn)
+            try:
+                assert not asyncio.run(_made(s)), hook
+                assert not asyncio.run(_made(s)), hook
+            finally:
+                event.remove(target, hook, fn)
+            lines = [m for m in said.messages if fn.__qualname__ in m and f"{hook} hook" in m]
+            assert len(lines) == 1 and "database threads" in lines[0], (hook, said.messages)  # once, naming it
+            assert asyncio.run(_made(s)), hook
+        assert not asyncio.run(_made(second))  # an engine the caller built
+    finally:
+        logger.removeHandler(said)
+        logger.setLevel(level)
+        second.close()
+        s.close()
+
+
+class Said(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
 
 
 async def _made(s: Storage) -> bool:
@@ -290,8 +341,13 @@ def test_a_completion_cancelled_on_the_loop_still_commits(direct: Storage) -> No
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        assert driver._finishing  # still running, in the server, behind the lock
+        closing = asyncio.create_task(driver.close())
+        await asyncio.sleep(0.2)
+        assert not closing.done()  # the close waits for it
         holder.rollback()
-        await driver.close()
+        await closing
+        assert not driver._finishing
         with pytest.raises(RuntimeError, match="closed"):  # and nothing runs on it after its close
             await driver.run(select(1), {}, op="late", seen=Ambiguity())
 
