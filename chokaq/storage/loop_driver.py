@@ -3,7 +3,7 @@
 
 Why: a call through a database thread costs two thread wake-ups (the loop hands the call to a
 thread, the thread hands the result back). On two busy cores each waited 0.26 ms at the median
-(0.33-0.36 ms mean) in `make bench`, measured, against a claim whose driver call took 2.3-2.6 ms:
+(0.33-0.36 ms mean) in a benchmark round (C=40), measured, against a claim whose driver call took 2.3-2.6 ms:
 a fifth of the claim cycle that bounds a worker's throughput, plus the threads' own CPU. On the
 loop a reply is one socket readiness event.
 
