@@ -230,14 +230,10 @@ class ConnectArgs:
     def __init__(self, engine: Engine, *, own: bool) -> None:
         self._engine = engine
         self._own = own
-        self._seen_args: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        # The arguments of the engine's last connect (None before its first): use them only
+        # where refusal() has nothing to say.
+        self.seen: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         event.listen(engine, "do_connect", self._seen)
-
-    @property
-    def value(self) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-        """The arguments, once the engine has connected and when :meth:`refusal` has nothing to
-        say; None otherwise."""
-        return self._seen_args if self.refusal() is None else None
 
     def refusal(self) -> str | None:
         """Why a loop driver must not connect as this engine does (None: it may)."""
@@ -254,7 +250,7 @@ class ConnectArgs:
         return None
 
     def _seen(self, _dialect: Any, _record: Any, cargs: Sequence[Any], cparams: Mapping[str, Any]) -> None:
-        self._seen_args = (tuple(cargs), dict(cparams))  # returns None: the engine connects as usual
+        self.seen = (tuple(cargs), dict(cparams))  # returns None: the engine connects as usual
 
 
 def _sqlalchemys(fn: Any) -> bool:

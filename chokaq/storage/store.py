@@ -124,7 +124,7 @@ class Storage:
                 self._loop_refusals.add(why)
                 log.info("claims and completions run on database threads, not on the worker's loop: %s", why)
             return None
-        args = self._connect_args.value
+        args = self._connect_args.seen
         return LoopDriver(self.tx, args) if args is not None else None
 
     # ------------------------------------------------------------------ transactions
