@@ -55,13 +55,15 @@ class _Link:
     closed) and the driver connection itself. ``owner`` None: a pooled connection lent for one
     statement (see Executor.run_pooled), which the pool, not the link, closes."""
 
-    __slots__ = ("born", "owner", "pid", "raw")
+    __slots__ = ("born", "lock", "owner", "pid", "raw", "retired")
 
     def __init__(self, owner: Connection | None, raw: Any = None) -> None:
         self.owner = owner
         self.raw: Any = owner.connection.dbapi_connection if owner is not None else raw
         self.pid = os.getpid()
         self.born = time.monotonic()
+        self.lock = threading.Lock()  # held by its thread while a call uses it (see Executor._held)
+        self.retired = False  # Executor.close ran: closed by whoever holds it last
 
     def close(self) -> None:
         if self.owner is not None:
@@ -130,9 +132,9 @@ class Executor:
         if self._sqlite:
             with self.transaction(sending=sending) as tx:
                 return tx.run(stmt, params)[0]
-        link = self._link()
-        sending()
-        return self._execute(link, stmt, params, prepare=prepare)[0]
+        with self._held() as link:
+            sending()
+            return self._execute(link, stmt, params, prepare=prepare)[0]
 
     def run_pooled(self, pool: Engine, stmt: Any, params: Mapping[str, Any], *, sending: Callable[[], None]) -> Rows:
         """Run one writing statement by itself (autocommit) on a connection checked out of
@@ -204,16 +206,30 @@ class Executor:
     def transaction(self, *, sending: Callable[[], None]) -> Iterator[Transaction]:
         """SQLite: one BEGIN IMMEDIATE transaction (writers take the lock up front, as the engine's
         ``begin`` hook does), committed when the block ends and rolled back when it raises."""
+        with self._held() as link:
+            sending()
+            self._call(link, lambda: link.raw.execute("BEGIN IMMEDIATE"))
+            try:
+                yield Transaction(self, link)
+            except BaseException:
+                with contextlib.suppress(Exception):  # the block's own error is the one to report
+                    link.raw.rollback()
+                raise
+            self._call(link, link.raw.commit)
+
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[_Link]:
+        """This thread's link, held for one call. A :meth:`close` from another thread meanwhile (a
+        Storage closed while a stopped worker's thread still finishes a heartbeat) leaves the link
+        to this thread, which closes it when the call ends: a driver connection closed under a
+        running call crashed the process once (CI, a segmentation fault in libpq)."""
         link = self._link()
-        sending()
-        self._call(link, lambda: link.raw.execute("BEGIN IMMEDIATE"))
-        try:
-            yield Transaction(self, link)
-        except BaseException:
-            with contextlib.suppress(Exception):  # the block's own error is the one to report
-                link.raw.rollback()
-            raise
-        self._call(link, link.raw.commit)
+        with link.lock:
+            try:
+                yield link
+            finally:
+                if link.retired:
+                    link.close()
 
     def _execute(self, link: _Link, stmt: Any, params: Mapping[str, Any], *, prepare: bool = True) -> tuple[Rows, int]:
         rendered = self.rendered(stmt, params)
@@ -297,11 +313,17 @@ class Executor:
         link.close()
 
     def close(self) -> None:
-        """Close every thread's connection (at shutdown: no call may be running)."""
+        """Close every thread's connection; one that a call is using is closed by its thread when
+        that call ends (see :meth:`_held`)."""
         with self._lock:
             links, self._links = self._links, []
         for link in links:
             if link.pid == os.getpid():
-                link.close()
+                link.retired = True  # first: a call ending now sees it and closes the link itself
+                if link.lock.acquire(blocking=False):
+                    try:
+                        link.close()  # closing twice (here and by its thread) is harmless
+                    finally:
+                        link.lock.release()
         self._local = threading.local()
         self.engine.dispose()
