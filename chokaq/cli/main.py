@@ -60,9 +60,11 @@ def db_script(dialect: str, queries: bool) -> None:
     if queries:
         from chokaq.storage.queries import render_queries
 
-        if dialect == "sqlite":
-            raise click.UsageError("--queries is for postgresql and mssql")
-        click.echo(render_queries(dialect), nl=False)
+        try:
+            script = render_queries(dialect)
+        except ValueError:  # a database whose hot path has no script of its own (SQLite)
+            raise click.UsageError("--queries is for postgresql and mssql") from None
+        click.echo(script, nl=False)
         return
     from chokaq.storage.migrations import render_script
 

@@ -27,13 +27,14 @@ from chokaq.settings import StorageSettings
 from chokaq.storage import moving
 from chokaq.storage import statements as st
 from chokaq.storage.claims import Claimer, ClaimOptions
+from chokaq.storage.dialects import profile_of
 from chokaq.storage.engine import build_engine
 from chokaq.storage.enqueue import Enqueuer, new_job_id
 from chokaq.storage.enqueue import bind as _bind
 from chokaq.storage.lookup import get_job_statement, record_from_union
 from chokaq.storage.loop_driver import ConnectArgs, LoopDriver, loop_supported
 from chokaq.storage.lost_replies import LostReplies
-from chokaq.storage.moving import run_move, runs_alone
+from chokaq.storage.moving import run_move
 from chokaq.storage.queue_stats import read_queue_stats
 from chokaq.storage.queues import UNSET, Override, QueueCache, queue_values, read_queues
 from chokaq.storage.records import hot_record
@@ -89,6 +90,7 @@ class Storage:
             statement_timeout=self.settings.statement_timeout,
         )
         self.dialect = self.engine.dialect.name
+        self.profile = profile_of(self.engine.dialect)
         self.tx = Transactions(self.engine, self.settings)
         self.queue_cache = QueueCache()
         self.wakeups = Wakeups()
@@ -97,19 +99,19 @@ class Storage:
         self._enqueuer = Enqueuer(self.tx, self.queue_cache, self.wakeups)
         self._claimer = Claimer(self.tx, self.queue_cache, prepare=lambda: self._statistics.keeps_plans_current)
         # What the engine connects with, for a worker's LoopDriver (PostgreSQL only).
-        self._connect_args = ConnectArgs(self.engine, own=engine is None) if self.dialect == "postgresql" else None
+        self._connect_args = ConnectArgs(self.engine, own=engine is None) if self.profile.loop_driver else None
         self._loop_refusals: set[str] = set()  # reasons already logged
 
     # What this database offers the worker, asked by name rather than by dialect outside storage/.
     @property
     def supports_notify(self) -> bool:
         """LISTEN/NOTIFY wake-ups (see storage/notify.py): PostgreSQL."""
-        return self.dialect == "postgresql"
+        return self.profile.listen_notify
 
     @property
     def supports_statistics_refresh(self) -> bool:
         """Whether :meth:`refresh_statistics` can ever do anything here: PostgreSQL."""
-        return self.dialect == "postgresql"
+        return self.profile.statistics
 
     def loop_driver(self) -> LoopDriver | None:
         """A driver for the calling event loop's claims and completions, once the engine has
@@ -345,11 +347,10 @@ class Storage:
 
     def move(self, move: MoveStatements, params: dict[str, Any], *, op: str) -> list[tuple[str, str]]:
         """Run a move and bump its counter atomically. Returns ``(Id, Queue)`` of each moved row."""
-        # Straight through the driver (see executor.py): one statement or batch, or on SQLite the
-        # copy, delete and counters in one transaction.
-        if runs_alone(self.dialect):
-            single = move.single if self.dialect == "postgresql" else move.batch
-            return [(r[0], r[1]) for r in self.tx.driver(single, params, op=op)]
+        # Straight through the driver (see executor.py): one statement or batch, or else the copy,
+        # delete and counters in one transaction.
+        if self.profile.moves_alone:
+            return [(r[0], r[1]) for r in self.tx.driver(self.profile.alone_move(move), params, op=op)]
         return self.tx.retrying(lambda: moving.run_move_on_driver(self.tx.executor, move, params), op=op)
 
     def complete(self, worker_id: str, done: Sequence[Completion]) -> set[str]:
