@@ -30,11 +30,10 @@ from chokaq.storage.claims import Claimer, ClaimOptions
 from chokaq.storage.dialects import profile_of
 from chokaq.storage.engine import build_engine
 from chokaq.storage.enqueue import Enqueuer, new_job_id
-from chokaq.storage.enqueue import bind as _bind
 from chokaq.storage.lookup import get_job_statement, record_from_union
 from chokaq.storage.loop_driver import ConnectArgs, LoopDriver, loop_supported
 from chokaq.storage.lost_replies import LostReplies
-from chokaq.storage.moving import run_move
+from chokaq.storage.moving import bump_stats, run_move
 from chokaq.storage.queue_stats import read_queue_stats
 from chokaq.storage.queues import UNSET, Override, QueueCache, queue_values, read_queues
 from chokaq.storage.records import hot_record
@@ -44,7 +43,6 @@ from chokaq.storage.statements import FETCHED, PROCESSING, MoveStatements, fence
 from chokaq.storage.statistics import STATISTICS_MIN_AGE, StatisticsCheck
 from chokaq.storage.transactions import Ambiguity, Transactions
 from chokaq.storage.wakeups import Announcer, Wakeups
-from chokaq.storage.wakeups import notify as _notify
 
 log = logging.getLogger("chokaq.storage")
 T = TypeVar("T")
@@ -173,9 +171,6 @@ class Storage:
         """After a commit that stored new Pending work: wake this process's workers and announcers."""
         self.wakeups.announce(due)
 
-    # Inside a transaction that stores new Pending work: wakes other processes' workers on commit.
-    notify = staticmethod(_notify)
-
     def ping(self) -> datetime:
         """Round trip to the database; returns its UTC clock."""
         return self.read(self.db_now, op="ping")
@@ -191,16 +186,6 @@ class Storage:
         # The migration opens its own transaction (it takes the schema lock first); replay it on
         # transient errors like any other.
         return self.tx.retrying(lambda: upgrade(self.engine), op="upgrade")
-
-    # ------------------------------------------------------------------ helpers
-    # Prepare a caller's connection for our tables (SQLite has no schemas).
-    bind = staticmethod(_bind)
-
-    def ensure_queue(self, conn: Connection, name: str) -> None:
-        """Create the queue row unless this process has seen it (see :class:`QueueCache`)."""
-        self.queue_cache.ensure(conn, name)
-
-    bump_stats = staticmethod(moving.bump_stats)
 
     # ------------------------------------------------------------------ enqueue
     def enqueue(
@@ -341,10 +326,6 @@ class Storage:
         return {r[0] for r in self.tx.driver(st.heartbeat_statement(groups), params, op="heartbeat")}
 
     # ------------------------------------------------------------------ finishing moves
-    # Inside the caller's transaction (admin's operator moves): see moving.py.
-    move_rows = staticmethod(moving.move_rows)
-    move_in_db = staticmethod(moving.move_in_db)
-
     def move(self, move: MoveStatements, params: dict[str, Any], *, op: str) -> list[tuple[str, str]]:
         """Run a move and bump its counter atomically. Returns ``(Id, Queue)`` of each moved row."""
         # Straight through the driver (see executor.py): one statement or batch, or else the copy,
@@ -404,7 +385,7 @@ class Storage:
 
         def work(c: Connection) -> bool:
             rows = c.execute(st.retry_statement(groups), params).all()
-            self.bump_stats(c, st.RETRIED, Counter(r[0] for r in rows))
+            bump_stats(c, st.RETRIED, Counter(r[0] for r in rows))
             return bool(rows)
 
         ok, unheard = self.lost_replies.unheard_move("retry", [lease], lambda: self.write(work, op="retry"))
@@ -466,7 +447,7 @@ class Storage:
 
         def retry(c: Connection) -> int:
             retried = c.execute(stmts.retry).all()
-            self.bump_stats(c, st.RETRIED, Counter(r[0] for r in retried))
+            bump_stats(c, st.RETRIED, Counter(r[0] for r in retried))
             return len(retried)
 
         def bury(c: Connection) -> list[str]:
