@@ -24,7 +24,7 @@ from chokaq.domain.keys import check_key
 from chokaq.domain.models import EnqueueRequest, JobRecord, Lease, QueueInfo, QueueStats, SweepResult
 from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.settings import StorageSettings
-from chokaq.storage import moving
+from chokaq.storage import moving, recovery
 from chokaq.storage import statements as st
 from chokaq.storage.claims import Claimer, ClaimOptions
 from chokaq.storage.dialects import profile_of
@@ -33,7 +33,7 @@ from chokaq.storage.enqueue import Enqueuer, new_job_id
 from chokaq.storage.lookup import get_job_statement, record_from_union
 from chokaq.storage.loop_driver import ConnectArgs, LoopDriver, loop_supported
 from chokaq.storage.lost_replies import LostReplies
-from chokaq.storage.moving import bump_stats, run_move
+from chokaq.storage.moving import bump_stats
 from chokaq.storage.queue_stats import read_queue_stats
 from chokaq.storage.queues import UNSET, Override, QueueCache, queue_values, read_queues
 from chokaq.storage.records import hot_record
@@ -432,49 +432,10 @@ class Storage:
     def sweep(
         self, *, fetched_timeout: float, zombie_timeout: float, max_attempts: int, batch_size: int | None = None
     ) -> SweepResult:
-        """Both recovery phases. Safe to run from any number of processes at once.
-
-        Each phase runs in transactions of at most ``batch_size`` jobs (``Storage.CleanupBatchSize``)
-        until nothing is left, so a backlog of zombies never becomes one long transaction. Every
-        transaction changes its job rows first and the StatsSummary counters last, as completions
-        do: two transactions never wait for each other's rows in opposite orders.
-        """
+        """Both recovery phases (see :func:`recovery.sweep`). Safe to run from any number of
+        processes at once."""
         size = batch_size or self.settings.cleanup_batch_size
-        stmts = st.sweep_statements(fetched_timeout, zombie_timeout, max_attempts, size)
-
-        def recover(c: Connection) -> int:
-            return int(c.execute(stmts.recover).rowcount or 0)
-
-        def retry(c: Connection) -> int:
-            retried = c.execute(stmts.retry).all()
-            bump_stats(c, st.RETRIED, Counter(r[0] for r in retried))
-            return len(retried)
-
-        def bury(c: Connection) -> list[str]:
-            ids = [r[0] for r in c.execute(stmts.zombie_ids).all()]
-            if not ids:
-                return []
-            return [job_id for job_id, _ in run_move(c, stmts.zombies, {"zombie_ids": ids})]
-
-        def loop(phase: Callable[[Connection], int], op: str) -> int:
-            total = 0
-            while True:
-                n = self.write(phase, op=op)
-                total += n
-                if n < size:
-                    return total
-
-        recovered = loop(recover, "sweep_recover")
-        retried = loop(retry, "sweep_retry")
-        zombie_ids: list[str] = []
-        while True:
-            batch = self.write(bury, op="sweep_zombies")
-            zombie_ids += batch
-            if len(batch) < size:
-                break
-        return SweepResult(
-            recovered=recovered, archived=len(zombie_ids), retried_zombies=retried, zombie_ids=zombie_ids
-        )
+        return recovery.sweep(self.tx, fetched_timeout, zombie_timeout, max_attempts, size)
 
     # ------------------------------------------------------------------ reads
     def get_job(self, job_id: str) -> JobRecord | None:
