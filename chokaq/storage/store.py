@@ -28,19 +28,19 @@ from chokaq.storage import moving, recovery
 from chokaq.storage import statements as st
 from chokaq.storage.claims import Claimer, ClaimOptions
 from chokaq.storage.dialects import profile_of
+from chokaq.storage.dialects.postgres_statistics import STATISTICS_MIN_AGE, StatisticsCheck
 from chokaq.storage.engine import build_engine
 from chokaq.storage.enqueue import Enqueuer, new_job_id
 from chokaq.storage.lookup import get_job_statement, record_from_union
 from chokaq.storage.loop_driver import ConnectArgs, LoopDriver, loop_supported
 from chokaq.storage.lost_replies import LostReplies
 from chokaq.storage.moving import bump_stats
-from chokaq.storage.queue_stats import read_queue_stats
+from chokaq.storage.queue_figures import read_queue_stats
 from chokaq.storage.queues import UNSET, Override, QueueCache, queue_values, read_queues
 from chokaq.storage.records import hot_record
 from chokaq.storage.schema import jobs_archive, jobs_dlq, jobs_hot
 from chokaq.storage.sqlfuncs import utcnow
 from chokaq.storage.statements import FETCHED, PROCESSING, MoveStatements, fence_params
-from chokaq.storage.statistics import STATISTICS_MIN_AGE, StatisticsCheck
 from chokaq.storage.transactions import Ambiguity, Transactions
 from chokaq.storage.wakeups import Announcer, Wakeups
 
@@ -423,7 +423,7 @@ class Storage:
     # ------------------------------------------------------------------ planner statistics
     def refresh_statistics(self, *, min_age: float = STATISTICS_MIN_AGE) -> bool:
         """PostgreSQL only: ANALYZE JobsHot when the planner's picture of it is stale. Returns
-        whether it did (see :func:`chokaq.storage.statistics.refresh_statistics`)."""
+        whether it did (see :func:`chokaq.storage.dialects.postgres_statistics.refresh_statistics`)."""
         if not self.supports_statistics_refresh:
             return False
         return self._statistics.refresh(min_age=min_age)

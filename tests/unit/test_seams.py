@@ -89,3 +89,39 @@ def test_the_cli_prints_the_public_job_shape_without_loading_fastapi() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"
+
+
+def _sources() -> list[Path]:
+    """Every Python module of chokaq, the Functions and function_app.py."""
+    return [
+        *sorted((ROOT / "chokaq").rglob("*.py")),
+        *sorted((ROOT / "functions").rglob("*.py")),
+        ROOT / "function_app.py",
+    ]
+
+
+def test_nothing_outside_storage_imports_a_storage_module() -> None:
+    # chokaq.storage is the one front door (its __init__ exports what the runtime and the surfaces
+    # use). Imports under TYPE_CHECKING count too: an annotation is also a reach past the door.
+    storage = ROOT / "chokaq/storage"
+    reaching = {}
+    for path in _sources():
+        if path.is_relative_to(storage):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = {alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names}
+        names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        if inner := sorted(m for m in names if m.startswith("chokaq.storage.")):
+            reaching[str(path.relative_to(ROOT))] = inner
+    assert reaching == {}
+
+
+def test_storage_does_not_import_the_runtime() -> None:
+    # The runtime holds the storage, never the reverse (backoff, which both use, is in chokaq.domain).
+    # Only imports that run count: an annotation under TYPE_CHECKING is exempt.
+    importing = {
+        str(path.relative_to(ROOT)): sorted(found)
+        for path in sorted((ROOT / "chokaq/storage").rglob("*.py"))
+        if (found := {m for m in _runtime_imports(path) if m == "chokaq.runtime" or m.startswith("chokaq.runtime.")})
+    }
+    assert importing == {}
