@@ -16,10 +16,10 @@ from sqlalchemy import create_engine, text
 
 from chokaq.settings import StorageSettings
 from chokaq.storage import Storage
+from tests.profiles import LIVE, MSSQL_URL
 
 PG_ADMIN_URL = os.environ.get("CHOKAQ_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REQUIRE_PG = os.environ.get("CHOKAQ_REQUIRE_POSTGRES") == "1"
-MSSQL_URL = os.environ.get("CHOKAQ_TEST_MSSQL_URL")
 
 _pg_ok: bool | None = None
 _pg_error = ""
@@ -81,9 +81,6 @@ def pg_url() -> Iterator[str]:
         drop_pg_database(url)
 
 
-DB_PARAMS = ["sqlite", "postgres"] + (["mssql"] if MSSQL_URL else [])
-
-
 def fresh_mssql() -> str:
     """The live SQL Server suite (CHOKAQ_TEST_MSSQL_URL): chokaq's tables dropped before each test."""
     assert MSSQL_URL
@@ -95,16 +92,17 @@ def fresh_mssql() -> str:
     return MSSQL_URL
 
 
-@pytest.fixture(params=DB_PARAMS)
+@pytest.fixture(params=LIVE)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """Run the test on a SQLite file, on a fresh PostgreSQL database and, when
-    CHOKAQ_TEST_MSSQL_URL is set, on a live SQL Server."""
+    """Run the test once per live profile of tests/profiles.py, named after it: a SQLite file, a
+    fresh PostgreSQL database and, when CHOKAQ_TEST_MSSQL_URL is set, a live SQL Server."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'chokaq.db'}"
         return
     if request.param == "mssql":
         yield fresh_mssql()
         return
+    assert request.param == "postgres", f"no database is made for the profile {request.param!r}"
     url = fresh_pg_database()
     try:
         yield url

@@ -1,4 +1,5 @@
-"""The storage contract, run against a SQLite file and the real PostgreSQL (fixture ``storage``)."""
+"""The storage contract, run once per live profile of tests/profiles.py (fixture ``storage``); without a
+server, SQL Server's arm is the capture at the driver (tests/driver/test_conformance.py)."""
 
 from __future__ import annotations
 
