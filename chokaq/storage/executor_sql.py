@@ -1,8 +1,8 @@
 """Statements rendered once for the driver: SQLAlchemy's own text, parameter order and bind processing.
 
-The hot path (claim, start, heartbeat, the finishing moves) runs the same statements the builders
-in store.py make, but without SQLAlchemy's per-call execution layer (compile-cache lookup, execution
-context, Row objects). What SQLAlchemy would hand the driver is worked out here once per statement
+The hot path (enqueue, claim, start, heartbeat, the finishing moves) runs the same statements the
+builders in statements/ make, but without SQLAlchemy's per-call execution layer (compile-cache
+lookup, execution context, Row objects). What SQLAlchemy would hand the driver is worked out here once per statement
 shape and dialect, from SQLAlchemy's own compiler: the text, which value goes in which position, the
 type processors that turn Python values into driver values, the types given to ``setinputsizes``
 (pyodbc) and the processors that turn result columns back (SQLite's text timestamps). Per call only
@@ -22,6 +22,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from chokaq.storage.sqlfuncs import ListParam
 
 Processor = Callable[[Any], Any] | None
+Rows = list[tuple[Any, ...]]  # result rows as tuples, by position
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,7 @@ class Rendered:
             return tuple(values)
         return dict(zip(self.keys, values, strict=True))
 
-    def rows(self, fetched: list[Any]) -> list[tuple[Any, ...]]:
+    def rows(self, fetched: list[Any]) -> Rows:
         """Result rows as tuples, by position, through the columns' result processors if any."""
         if self.results is None:
             # psycopg and sqlite3 give tuples already; pyodbc gives Row objects.

@@ -280,7 +280,8 @@ class Storage:
         # worker's buffer, and records already saying Processing at the next attempt would then
         # fence the retried start out (the job stranded Processing, never run).
         fresh: dict[str, _Started] = {}
-        for job_id, attempt, started_at, heartbeat, updated, zombie_retry in self.tx.driver(stmt, params, op="start"):
+        stamped = self.tx.run_statement(stmt, params, op="start")
+        for job_id, attempt, started_at, heartbeat, updated, zombie_retry in stamped:
             fresh[job_id] = (attempt, started_at, heartbeat, updated, bool(zombie_retry))
         rest = [lease for lease in leases if lease.job_id not in fresh]
         if rest:
@@ -336,7 +337,7 @@ class Storage:
             return set()
 
         groups, params = fence_params(worker_id, leases, self.dialect)
-        return {r[0] for r in self.tx.driver(st.heartbeat_statement(groups), params, op="heartbeat")}
+        return {r[0] for r in self.tx.run_statement(st.heartbeat_statement(groups), params, op="heartbeat")}
 
     # ------------------------------------------------------------------ finishing moves
     # Inside the caller's transaction (admin's operator moves): see moving.py.
@@ -349,7 +350,7 @@ class Storage:
         # copy, delete and counters in one transaction.
         if runs_alone(self.dialect):
             single = move.single if self.dialect == "postgresql" else move.batch
-            return [(r[0], r[1]) for r in self.tx.driver(single, params, op=op)]
+            return [(r[0], r[1]) for r in self.tx.run_statement(single, params, op=op)]
         return self.tx.retrying(lambda: moving.run_move_on_driver(self.tx.executor, move, params), op=op)
 
     def complete(self, worker_id: str, done: Sequence[Completion]) -> set[str]:
