@@ -94,7 +94,7 @@ class Claimer:
         limited = [n for n in self._limited_queues() if not queue_names or n in queue_names]
         # The main claim goes straight to the driver (see executor.py); rows in HOT_ROW order.
         query = claim_query(self.tx.profile, worker_id, limit, queue_names, limited=False, options=opts)
-        rows = [] if query is None else self.tx.driver(*query, op="fetch", prepare=self.prepare())
+        rows = [] if query is None else self.tx.run_statement(*query, op="fetch", prepare=self.prepare())
         claimed = [hot_record_from_values(r) for r in rows]
 
         def claim_limited(c: Connection) -> list[JobRecord]:

@@ -1,8 +1,8 @@
 """Statements rendered once for the driver: SQLAlchemy's own text, parameter order and bind processing.
 
-The hot path (claim, start, heartbeat, the finishing moves) runs the same statements the builders
-in store.py make, but without SQLAlchemy's per-call execution layer (compile-cache lookup, execution
-context, Row objects). What SQLAlchemy would hand the driver is worked out here once per statement
+The hot path (enqueue, claim, start, heartbeat, the finishing moves) runs the same statements the
+builders in statements/ make, but without SQLAlchemy's per-call execution layer (compile-cache
+lookup, execution context, Row objects). What SQLAlchemy would hand the driver is worked out here once per statement
 shape and dialect, from SQLAlchemy's own compiler: the text, which value goes in which position, the
 type processors that turn Python values into driver values, the types given to ``setinputsizes``
 (pyodbc) and the processors that turn result columns back (SQLite's text timestamps). Per call only
@@ -19,9 +19,11 @@ from typing import Any, cast
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from chokaq.storage.dialects import profile_of
 from chokaq.storage.sqlfuncs import ListParam
 
 Processor = Callable[[Any], Any] | None
+Rows = list[tuple[Any, ...]]  # result rows as tuples, by position
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +70,7 @@ class Rendered:
             return tuple(values)
         return dict(zip(self.keys, values, strict=True))
 
-    def rows(self, fetched: list[Any]) -> list[tuple[Any, ...]]:
+    def rows(self, fetched: list[Any]) -> Rows:
         """Result rows as tuples, by position, through the columns' result processors if any."""
         if self.results is None:
             # psycopg and sqlite3 give tuples already; pyodbc gives Row objects.
@@ -125,10 +127,12 @@ def render(
     for name, _ in sources:
         if name not in defaults and name not in sample:
             raise NotImplementedError(f"parameter {name!r} has no source")
+    profile = profile_of(dialect)
+    arrays_native = profile.list_arrays
     arrays = frozenset(
         i
         for i, (name, item) in enumerate(sources)
-        if dialect.name == "postgresql" and item < 0 and isinstance(_bind_type(compiled, name), ListParam)
+        if arrays_native and item < 0 and isinstance(_bind_type(compiled, name), ListParam)
     )
     processors = tuple(cast(Processor, all_processors.get(n)) for n in names)
     return Rendered(
@@ -141,7 +145,7 @@ def render(
         inputsizes=_inputsizes(compiled, dialect, names, origin),
         results=_result_processors(compiled, dialect),
         arrays=arrays,
-        returns_rows=dialect.name == "postgresql" and bool(compiled._result_columns),
+        returns_rows=profile.fetch_returning and bool(compiled._result_columns),
     )
 
 

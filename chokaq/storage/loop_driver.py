@@ -10,10 +10,10 @@ loop a reply is one socket readiness event.
 What stays the same as on the threads (executor.py, transactions.py): the statements, rendered once
 per shape by the same :class:`Executor` (so the SQL text and parameter order are SQLAlchemy's); the
 connection parameters, those the engine itself connected with (its URL, its ``connect_args``: the
-timeouts and TCP keepalives of ``postgresql_connect_args``); autocommit; driver errors raised as
-SQLAlchemy raises them, with its disconnect test; the replay policy (:meth:`Transactions.replay_delay`)
-and the lost-reply rule (a statement sent and then failed in a way that may have committed makes the
-call ambiguous); the test hook ``fault_injector``, called before each attempt.
+timeouts and TCP keepalives of ``postgresql_connect_args``; see connect_args.py); autocommit; driver
+errors raised as SQLAlchemy raises them, with its disconnect test; and the replay loop itself
+(replay.py: the replays, their delays, the lost-reply rule and the test hook ``fault_injector``),
+which this module drives with :meth:`Replay.run_async`. This module owns the loop's connections.
 
 Only PostgreSQL: sqlite3 and pyodbc have no asynchronous driver, and their calls keep the threads.
 A driver belongs to one event loop (psycopg's asynchronous connections do): the worker makes it when
@@ -28,14 +28,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, event
 from sqlalchemy.exc import DBAPIError
 
-from chokaq.storage.executor import Rows, _broken, driver_error
-from chokaq.storage.transactions import Ambiguity, Transactions
+from chokaq.storage.connect_args import ConnectArgs
+from chokaq.storage.driver_errors import broken, driver_error
+from chokaq.storage.executor_sql import Rows
+from chokaq.storage.replay import Ambiguity, Replay
+from chokaq.storage.transactions import Transactions
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
+
+__all__ = ["ConnectArgs", "LoopDriver", "loop_supported"]
 
 
 class LoopDriver:
@@ -63,7 +67,7 @@ class LoopDriver:
         finish: bool = False,
     ) -> Rows:
         """One writing statement by itself (autocommit), replayed on transient errors as
-        :meth:`Transactions.driver` replays it. ``seen.ambiguous`` is set when an attempt may have
+        :meth:`Transactions.run_statement` replays it. ``seen.ambiguous`` is set when an attempt may have
         committed behind a lost reply. ``prepare``: see :meth:`Executor.run`.
 
         ``finish``: a caller cancelled while the call runs does not cancel it (psycopg would cancel
@@ -72,42 +76,18 @@ class LoopDriver:
         archive move would leave its job Processing for the sweep. :meth:`close` waits for such
         calls. A claim is not: cancelled on the server it claims nothing, and one that still
         committed is reported ambiguous."""
-        call = self._replayed(stmt, params, op=op, seen=seen, prepare=prepare)
+
+        def lost() -> None:
+            seen.ambiguous = True
+
+        replay = Replay(self.tx.replays, op, lost)
+        call = replay.run_async(lambda: self._once(stmt, params, prepare=prepare, sending=replay.sending))
         if not finish:
             return await call
         task = asyncio.ensure_future(call)
         self._finishing.add(task)
         task.add_done_callback(self._finish_ended)
         return await asyncio.shield(task)
-
-    async def _replayed(self, stmt: Any, params: Mapping[str, Any], *, op: str, seen: Ambiguity, prepare: bool) -> Rows:
-        attempt = 0
-        while True:
-            sent = False
-
-            def sending() -> None:
-                nonlocal sent
-                sent = True
-
-            try:
-                injector = self.tx.fault_injector
-                if injector is not None:
-                    # Off the loop: a hook that sleeps plays a slow database, which the loop
-                    # awaits, as the threads' calls would be awaited; it must not stall the loop.
-                    await asyncio.to_thread(injector, op)
-                return await self._once(stmt, params, prepare=prepare, sending=sending)
-            except DBAPIError as exc:
-                if sent and self.tx.unheard(exc):
-                    seen.ambiguous = True
-                delay = self.tx.replay_delay(exc, attempt, op=op)
-            except asyncio.CancelledError:
-                # Cancelled with the statement out (a worker task cancelled mid-claim): it may
-                # still commit, and nobody will read its reply.
-                if sent:
-                    seen.ambiguous = True
-                raise
-            attempt += 1
-            await asyncio.sleep(delay)
 
     def _finish_ended(self, task: asyncio.Task[Rows]) -> None:
         self._finishing.discard(task)
@@ -123,7 +103,7 @@ class LoopDriver:
             sending()  # from here on a failure may come after the server ran the statement
             rows = await self._execute(conn, stmt, params, prepare=prepare)
         except DBAPIError:
-            keep = not _broken(conn)  # the server refused the statement: the connection is fine
+            keep = not broken(conn)  # the server refused the statement: the connection is fine
             raise
         else:
             keep = True
@@ -166,7 +146,7 @@ class LoopDriver:
             conn, born = self._idle.pop()
             # A disconnect seen here or on a thread retires every older connection: it usually
             # means a restart or a failover, and they broke too.
-            if born > self.executor.invalidated_at and not _broken(conn):
+            if born > self.executor.invalidated_at and not broken(conn):
                 self._busy.add(conn)
                 return conn, born
             await _close_quietly(conn)
@@ -214,49 +194,3 @@ def loop_supported() -> bool:
     ProactorEventLoop (asyncio's default there), which psycopg refuses."""
     proactor = getattr(asyncio, "ProactorEventLoop", None)
     return proactor is None or not isinstance(asyncio.get_running_loop(), proactor)
-
-
-class ConnectArgs:
-    """What the engine last connected with: the driver's arguments as SQLAlchemy hands them over
-    (its URL and ``connect_args``, through the ``do_connect`` event), so a :class:`LoopDriver`
-    connects exactly as the engine does. Kept in memory only: it holds the password.
-
-    Only for an engine chokaq built (``own``) whose connections are set up by their arguments
-    alone. The threads' connections also run the engine's pool hooks (``connect``, ``checkout``:
-    a ``SET ROLE``, say, or an instrumentation's) and ``do_connect`` hooks (a token sign-in),
-    which a raw asynchronous connect would leave out; with any such hook of someone else's,
-    claims and completions stay on the threads (:meth:`refusal` says why)."""
-
-    def __init__(self, engine: Engine, *, own: bool) -> None:
-        self._engine = engine
-        self._own = own
-        # The arguments of the engine's last connect (None before its first): use them only
-        # where refusal() has nothing to say.
-        self.seen: tuple[tuple[Any, ...], dict[str, Any]] | None = None
-        event.listen(engine, "do_connect", self._seen)
-
-    def refusal(self) -> str | None:
-        """Why a loop driver must not connect as this engine does (None: it may)."""
-        if not self._own:
-            return "the engine was built by the application"
-        pool = self._engine.pool.dispatch
-        for kind, hooks in (("pool connect", pool.connect), ("pool checkout", pool.checkout)):
-            foreign = [fn for fn in hooks if not _sqlalchemys(fn)]
-            if foreign:
-                return f"the engine has a {kind} hook ({_name(foreign[0])})"
-        for fn in self._engine.dialect.dispatch.do_connect:
-            if not isinstance(getattr(fn, "__self__", None), ConnectArgs):  # another Storage's is fine
-                return f"the engine has a do_connect hook ({_name(fn)})"
-        return None
-
-    def _seen(self, _dialect: Any, _record: Any, cargs: Sequence[Any], cparams: Mapping[str, Any]) -> None:
-        self.seen = (tuple(cargs), dict(cparams))  # returns None: the engine connects as usual
-
-
-def _sqlalchemys(fn: Any) -> bool:
-    """A hook SQLAlchemy itself registers (its dialect's on-connect set-up)."""
-    return str(getattr(fn, "__module__", "")).startswith("sqlalchemy.")
-
-
-def _name(fn: Any) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"

@@ -267,7 +267,8 @@ class Storage:
         # worker's buffer, and records already saying Processing at the next attempt would then
         # fence the retried start out (the job stranded Processing, never run).
         fresh: dict[str, _Started] = {}
-        for job_id, attempt, started_at, heartbeat, updated, zombie_retry in self.tx.driver(stmt, params, op="start"):
+        stamped = self.tx.run_statement(stmt, params, op="start")
+        for job_id, attempt, started_at, heartbeat, updated, zombie_retry in stamped:
             fresh[job_id] = (attempt, started_at, heartbeat, updated, bool(zombie_retry))
         rest = [lease for lease in leases if lease.job_id not in fresh]
         if rest:
@@ -323,7 +324,7 @@ class Storage:
             return set()
 
         groups, params = fence_params(worker_id, leases, self.dialect)
-        return {r[0] for r in self.tx.driver(st.heartbeat_statement(groups), params, op="heartbeat")}
+        return {r[0] for r in self.tx.run_statement(st.heartbeat_statement(groups), params, op="heartbeat")}
 
     # ------------------------------------------------------------------ finishing moves
     def move(self, move: MoveStatements, params: dict[str, Any], *, op: str) -> list[tuple[str, str]]:
@@ -331,7 +332,7 @@ class Storage:
         # Straight through the driver (see executor.py): one statement or batch, or else the copy,
         # delete and counters in one transaction.
         if self.profile.moves_alone:
-            return [(r[0], r[1]) for r in self.tx.driver(self.profile.alone_move(move), params, op=op)]
+            return [(r[0], r[1]) for r in self.tx.run_statement(self.profile.alone_move(move), params, op=op)]
         return self.tx.retrying(lambda: moving.run_move_on_driver(self.tx.executor, move, params), op=op)
 
     def complete(self, worker_id: str, done: Sequence[Completion]) -> set[str]:

@@ -153,7 +153,7 @@ def test_an_id_list_bound_as_an_array_literal_is_the_same_array_on_the_server(pg
     try:
         stmt = select(bindparam("ids", type_=ListParam(String(50))))
         for ids in [[], ["01A"], HOSTILE_IDS, [i for i in HOSTILE_IDS if '"' not in i and "\\" not in i]]:
-            ((back,),) = s.tx.driver(stmt, {"ids": ids}, op="test")
+            ((back,),) = s.tx.run_statement(stmt, {"ids": ids}, op="test")
             assert back == ids
         assert array_literal(["a", 'b"']) == ["a", 'b"']  # the driver's dumper takes these
         assert array_literal(["a\\"]) == ["a\\"]
@@ -169,13 +169,13 @@ def test_driver_errors_are_raised_and_classified_as_sqlalchemy_raises_them(pg_ur
     s.upgrade()
     try:
         new_queue = insert(queues).values(Name=bindparam("n"), LastUpdatedUtc=utcnow())
-        s.tx.driver(new_queue, {"n": "q"}, op="test")
+        s.tx.run_statement(new_queue, {"n": "q"}, op="test")
         with pytest.raises(IntegrityError) as dup:
-            s.tx.driver(new_queue, {"n": "q"}, op="test")
+            s.tx.run_statement(new_queue, {"n": "q"}, op="test")
         assert not is_transient(dup.value) and not dup.value.connection_invalidated
         # The executor's connection has the pool's start-up options: the statement timeout ends this.
         with pytest.raises(DBAPIError) as slow:
-            s.tx.driver(select(func.pg_sleep(2)), {}, op="test")
+            s.tx.run_statement(select(func.pg_sleep(2)), {}, op="test")
         assert is_transient(slow.value)
         assert s.heartbeat("w", [Lease("01A", "w", 1)]) == set()  # the connection is still usable
     finally:
@@ -183,7 +183,7 @@ def test_driver_errors_are_raised_and_classified_as_sqlalchemy_raises_them(pg_ur
 
 
 def backend_pid(s: Storage) -> int:
-    ((pid,),) = s.tx.driver(select(func.pg_backend_pid()), {}, op="test")
+    ((pid,),) = s.tx.run_statement(select(func.pg_backend_pid()), {}, op="test")
     return int(pid)
 
 

@@ -55,6 +55,8 @@ class Profile:
     queries_script: ClassVar[bool] = True
     #: The driver returns rows for a statement with RETURNING only when asked to fetch them.
     fetch_returning: ClassVar[bool] = False
+    #: The driver prepares statements on the server when asked (``cursor.execute(prepare=)``).
+    prepared_statements: ClassVar[bool] = False
     #: What ends one statement in a plain script.
     script_separator: ClassVar[str] = ";\n"
 

@@ -76,6 +76,7 @@ class PostgresProfile(Profile):
     list_arrays = True
     moves_alone = True
     fetch_returning = True
+    prepared_statements = True
     script_now: ClassVar[str] = "(now() AT TIME ZONE 'UTC')"
 
     def build_engine(
