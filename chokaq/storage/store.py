@@ -44,6 +44,7 @@ from chokaq.storage.statistics import STATISTICS_MIN_AGE, StatisticsCheck
 from chokaq.storage.transactions import Ambiguity, Transactions
 from chokaq.storage.wakeups import Announcer, Wakeups
 from chokaq.storage.wakeups import notify as _notify
+from chokaq.storage.worker_store import WorkerStore
 
 log = logging.getLogger("chokaq.storage")
 T = TypeVar("T")
@@ -110,6 +111,10 @@ class Storage:
     def supports_statistics_refresh(self) -> bool:
         """Whether :meth:`refresh_statistics` can ever do anything here: PostgreSQL."""
         return self.dialect == "postgresql"
+
+    def for_worker(self, worker_id: str) -> WorkerStore:
+        """The database calls of one worker, with the threads and loop connections it runs them on."""
+        return WorkerStore(self, worker_id)
 
     def loop_driver(self) -> LoopDriver | None:
         """A driver for the calling event loop's claims and completions, once the engine has
