@@ -60,9 +60,11 @@ def db_script(dialect: str, queries: bool) -> None:
     if queries:
         from chokaq.storage import render_queries
 
-        if dialect == "sqlite":
-            raise click.UsageError("--queries is for postgresql and mssql")
-        click.echo(render_queries(dialect), nl=False)
+        try:
+            script = render_queries(dialect)
+        except ValueError:  # a database whose hot path has no script of its own (SQLite)
+            raise click.UsageError("--queries is for postgresql and mssql") from None
+        click.echo(script, nl=False)
         return
     from chokaq.storage import render_script
 
@@ -221,8 +223,8 @@ def stats(c: Ctx) -> None:
     click.echo(json.dumps(rows, indent=2, default=str))
 
 
-# Every subcommand that lives in another module, registered here by name: importing ``cli`` gives
-# the whole command line (an import for its side effect used to add these only inside main()).
+# Every subcommand that lives in another module, registered here by name, so that importing ``cli``
+# gives the whole command line (not only a call of main()).
 for _command in (admin_cmds.serve, admin_cmds.dlq, admin_cmds.archive, dev.dev):
     cli.add_command(_command)
 

@@ -2,18 +2,18 @@
 ``chokaq/storage/`` imports from here, never from a module inside it.
 
 One set of SQLAlchemy Core builders renders for SQL Server (``mssql+pyodbc``), PostgreSQL
-(``postgresql+psycopg``) and SQLite. Dialect differences are confined to :mod:`.sqlfuncs`
-(time arithmetic, lock hints), :mod:`.mssql_shapes` (SQL Server's claim and move batches) and
-:mod:`.engine` (connection set-up, transient errors).
+(``postgresql+psycopg``) and SQLite. What each database does differently lives in its profile
+(:mod:`.dialects`), with the time arithmetic and lock hints in :mod:`.sqlfuncs`.
 
 Rooms: :mod:`.statements` builds and caches the statements (no execution); :mod:`.store` is the
 facade everything outside storage/ holds (:class:`Storage`), over :mod:`.transactions` (the
 transaction-and-replay runner, with :mod:`.executor` and :mod:`.executor_sql`: the hot path's
 statements rendered once and run straight on per-thread driver connections), :mod:`.enqueue`,
 :mod:`.claims`, :mod:`.moving` (moves and counters), :mod:`.lost_replies`, :mod:`.queues`,
-:mod:`.wakeups`, :mod:`.statistics` and :mod:`.queue_stats`; :mod:`.worker_store` is one worker's
-way in (:meth:`Storage.for_worker`), :mod:`.notify` its LISTEN; :mod:`.admin` holds operator
-actions, :mod:`.history` the Deck's charts, :mod:`.migrations` and :mod:`.schema` the tables.
+:mod:`.wakeups`, :mod:`.recovery` (the sweep) and :mod:`.queue_figures`; :mod:`.worker_store` is
+one worker's way in (:meth:`Storage.for_worker`), :mod:`.notify` its LISTEN; :mod:`.admin` holds
+operator actions, :mod:`.history` the Deck's charts, :mod:`.migrations` and :mod:`.schema` the
+tables.
 
 The operator's and the Deck's names (admin, history, the DBA scripts) load on first use: a worker
 or a CLI command that needs none of them does not import those modules.

@@ -18,11 +18,13 @@ from chokaq.domain.models import JobRecord, QueueInfo
 from chokaq.domain.states import FailureReason, JobStatus, Location
 from chokaq.storage.admin_types import Actor, BulkResult, JobEdit, JobFilter, Page, parse_snapshot, snapshot_text
 from chokaq.storage.listing import SORTS, TABLES, TIME_COLUMN, JobListing, contains
+from chokaq.storage.moving import bump_stats, move_rows
 from chokaq.storage.queues import UNSET, Override
 from chokaq.storage.records import dlq_record, hot_record
 from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot
 from chokaq.storage.sqlfuncs import row_lock, utcnow
 from chokaq.storage.statements import FAILED, PENDING, status_is
+from chokaq.storage.wakeups import notify
 
 # Re-exported: the API, the CLI and the Functions import these from here.
 __all__ = [
@@ -44,7 +46,7 @@ Mover = Callable[[Connection, ColumnElement[bool]], list[str]]
 
 
 def _dlq_shape(reason: FailureReason, details: str | None, actor: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """What a job an operator moves gets on its way into the DLQ (see :meth:`Storage.move_rows`)."""
+    """What a job an operator moves gets on its way into the DLQ (see :func:`moving.move_rows`)."""
 
     def shape(r: dict[str, Any]) -> dict[str, Any]:
         return {"FailureReason": int(reason), "ErrorDetails": details, "LastModifiedBy": actor}
@@ -53,7 +55,7 @@ def _dlq_shape(reason: FailureReason, details: str | None, actor: str) -> Callab
 
 
 class AdminStore(JobListing):
-    """Operator actions over one Storage (``self.s``), and the reads of :class:`JobListing`."""
+    """Operator actions over one Storage, and the reads of :class:`JobListing`."""
 
     # ------------------------------------------------------------------ audit
     @staticmethod
@@ -99,7 +101,7 @@ class AdminStore(JobListing):
             self.audit(c, actor, "job.edit", [job_id], self._diff(before, edit))
             return hot_record(c.execute(select(jobs_hot).where(jobs_hot.c.Id == job_id)).one())
 
-        return self.s.write(work, op="edit_pending")
+        return self.storage.write(work, op="edit_pending")
 
     def edit_dlq(self, job_id: str, edit: JobEdit, actor: Actor) -> JobRecord:
         if edit.priority is not None:
@@ -116,7 +118,7 @@ class AdminStore(JobListing):
             self.audit(c, actor, "dlq.edit", [job_id], self._diff(before, edit))
             return dlq_record(c.execute(select(jobs_dlq).where(jobs_dlq.c.Id == job_id)).one())
 
-        return self.s.write(work, op="edit_dlq")
+        return self.storage.write(work, op="edit_dlq")
 
     @staticmethod
     def _edit_values(edit: JobEdit, actor: Actor) -> dict[str, Any]:
@@ -167,12 +169,10 @@ class AdminStore(JobListing):
                 "ZombieRetry": False,
             }
 
-        rows = self.s.move_rows(
-            c, jobs_dlq, where, jobs_hot, shape, {"ScheduledAtUtc": utcnow(), "LastUpdatedUtc": utcnow()}
-        )
-        self.s.bump_stats(c, FAILED, Counter(r["Queue"] for r in rows), sign=-1)
+        rows = move_rows(c, jobs_dlq, where, jobs_hot, shape, {"ScheduledAtUtc": utcnow(), "LastUpdatedUtc": utcnow()})
+        bump_stats(c, FAILED, Counter(r["Queue"] for r in rows), sign=-1)
         for q in {r["Queue"] for r in rows}:
-            self.s.ensure_queue(c, q)
+            self.storage.queue_cache.ensure(c, q)
         return rows
 
     def resurrect(self, job_id: str, actor: Actor, edit: JobEdit | None = None) -> JobRecord:
@@ -190,11 +190,11 @@ class AdminStore(JobListing):
             if edit is not None:
                 details.update(self._diff(dlq_record(before), edit))
             self.audit(c, actor, "dlq.resurrect", [job_id], details)
-            self.s.notify(c, rows[0]["Queue"])
+            notify(c, rows[0]["Queue"])
             return hot_record(c.execute(select(jobs_hot).where(jobs_hot.c.Id == job_id)).one())
 
-        record = self.s.write(work, op="resurrect")
-        self.s.announce()
+        record = self.storage.write(work, op="resurrect")
+        self.storage.announce()
         return record
 
     def _match_ids(
@@ -301,9 +301,9 @@ class AdminStore(JobListing):
             skipped = [i for i in (unique or chosen) if i not in moved_set]
             return BulkResult(matched, len(moved), moved[:SAMPLE_IDS], skipped_ids=skipped)
 
-        result = self.s.write(work, op=action)
+        result = self.storage.write(work, op=action)
         if result.affected and action == "dlq.resurrect":
-            self.s.announce()
+            self.storage.announce()
         return result
 
     def resurrect_many(
@@ -349,7 +349,7 @@ class AdminStore(JobListing):
         ids = list(dict.fromkeys(ids))
 
         def work(c: Connection) -> BulkResult:
-            rows = self.s.move_rows(
+            rows = move_rows(
                 c,
                 jobs_hot,
                 and_(jobs_hot.c.Id.in_(ids), status_is(jobs_hot.c.Status, PENDING)),
@@ -357,14 +357,14 @@ class AdminStore(JobListing):
                 _dlq_shape(FailureReason.CANCELLED, f"Cancelled by {actor.name}", actor.name),
                 {"FailedAtUtc": utcnow()},
             )
-            self.s.bump_stats(c, FAILED, Counter(r["Queue"] for r in rows))
+            bump_stats(c, FAILED, Counter(r["Queue"] for r in rows))
             moved = [r["Id"] for r in rows]
             if moved:
                 self.audit(c, actor, "job.cancel", moved)
             done = set(moved)
             return BulkResult(len(ids), len(moved), moved[:SAMPLE_IDS], skipped_ids=[i for i in ids if i not in done])
 
-        return self.s.write(work, op="cancel")
+        return self.storage.write(work, op="cancel")
 
     def purge_archive(
         self,
@@ -376,7 +376,7 @@ class AdminStore(JobListing):
     ) -> int:
         """Delete archived jobs finished before ``older_than`` in bounded transactions, so retention
         never holds locks or log space for long."""
-        size = batch_size or self.s.settings.cleanup_batch_size
+        size = batch_size or self.storage.settings.cleanup_batch_size
         total = 0
         while True:
 
@@ -398,7 +398,7 @@ class AdminStore(JobListing):
                     )
                 return n
 
-            n = self.s.write(work, op="purge_archive")
+            n = self.storage.write(work, op="purge_archive")
             total += n
             if progress is not None and n:
                 progress(n)
@@ -419,13 +419,13 @@ class AdminStore(JobListing):
         """Apply a queue change and its audit row in one transaction."""
 
         def work(c: Connection) -> QueueInfo:
-            info = self.s.update_queue(
+            info = self.storage.update_queue(
                 name, paused=paused, zombie_timeout_seconds=zombie_timeout_seconds, max_workers=max_workers, conn=c
             )
             self.audit(c, actor, "queue.update", [], {"queue": name, **changes})
             return info
 
-        return self.s.write(work, op="queue_update")
+        return self.storage.write(work, op="queue_update")
 
 
 def _filter_json(f: JobFilter | None) -> dict[str, Any] | None:

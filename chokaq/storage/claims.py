@@ -13,8 +13,9 @@ from sqlalchemy.sql.dml import ReturningUpdate
 
 from chokaq.domain.models import JobRecord
 from chokaq.storage import statements as st
+from chokaq.storage.dialects import Profile, profile_of
+from chokaq.storage.dialects.sqlserver_shapes import CteUpdate
 from chokaq.storage.loop_driver import LoopDriver
-from chokaq.storage.mssql_shapes import CteUpdate
 from chokaq.storage.queues import QueueCache
 from chokaq.storage.records import hot_record, hot_record_from_values
 from chokaq.storage.schema import jobs_hot, queues
@@ -43,12 +44,12 @@ def run_claim(
 ) -> list[JobRecord]:
     """One claim statement on ``conn``: up to ``limit`` jobs of ``queue_names`` (all when None);
     ``limited``: of queues with MaxWorkers too (their caller holds the queue row's lock)."""
-    query = claim_query(conn.dialect.name, worker_id, limit, queue_names, limited=limited, options=options)
+    query = claim_query(profile_of(conn.dialect), worker_id, limit, queue_names, limited=limited, options=options)
     return [] if query is None else [hot_record(r) for r in conn.execute(*query).all()]
 
 
 def claim_query(
-    dialect: str,
+    profile: Profile,
     worker_id: str,
     limit: int,
     queue_names: Sequence[str] | None,
@@ -56,23 +57,16 @@ def claim_query(
     limited: bool,
     options: ClaimOptions,
 ) -> tuple[ReturningUpdate[Any] | CteUpdate, dict[str, Any]] | None:
-    """The claim statement for ``dialect`` and its parameters (None: nothing to claim)."""
+    """The claim statement on ``profile``'s database and its parameters (None: nothing to claim)."""
     if limit <= 0:
         return None
     params: dict[str, Any] = {"claim_worker": worker_id, "claim_skip": list(options.skip)}
-    if queue_names:
-        params["claim_queues"] = list(queue_names)
     zombie_retry = options.start and bool(options.zombie_retry_types)
+    stmt: ReturningUpdate[Any] | CteUpdate = profile.claim_statement(
+        list(queue_names or ()), limited, limit, options.start, zombie_retry, params
+    )
     if zombie_retry:
         params["zombie_types"] = list(options.zombie_retry_types)
-    stmt: ReturningUpdate[Any] | CteUpdate
-    if dialect == "mssql":
-        params.pop("claim_queues", None)
-        for i, name in enumerate(queue_names or ()):
-            params[f"claim_queue_{i}"] = name
-        stmt = st.mssql_claim_statement(len(queue_names or ()), limited, limit, options.start, zombie_retry)
-    else:
-        stmt = st.claim_statement(bool(queue_names), limited, limit, options.start, zombie_retry)
     return stmt, params
 
 
@@ -99,7 +93,7 @@ class Claimer:
         # on a pooled connection of its own, is the step a database going away would hit.
         limited = [n for n in self._limited_queues() if not queue_names or n in queue_names]
         # The main claim goes straight to the driver (see executor.py); rows in HOT_ROW order.
-        query = claim_query(self.tx.dialect, worker_id, limit, queue_names, limited=False, options=opts)
+        query = claim_query(self.tx.profile, worker_id, limit, queue_names, limited=False, options=opts)
         rows = [] if query is None else self.tx.driver(*query, op="fetch", prepare=self.prepare())
         claimed = [hot_record_from_values(r) for r in rows]
 
@@ -152,7 +146,7 @@ class Claimer:
     ) -> list[JobRecord]:
         """The main claim of :meth:`fetch` on the worker's event loop, where
         :meth:`on_loop_possible` said so: the same statement and parameters."""
-        query = claim_query(self.tx.dialect, worker_id, limit, queue_names, limited=False, options=opts)
+        query = claim_query(self.tx.profile, worker_id, limit, queue_names, limited=False, options=opts)
         if query is None:
             return []
         rows = await driver.run(*query, op="fetch", seen=seen, prepare=self.prepare())

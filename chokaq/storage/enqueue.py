@@ -13,9 +13,10 @@ from sqlalchemy.sql.dml import Insert
 from ulid import ULID
 
 from chokaq.domain.models import EnqueueRequest
+from chokaq.storage.dialects import profile_of
 from chokaq.storage.lookup import stored_ids_statement
 from chokaq.storage.queues import QueueCache
-from chokaq.storage.schema import SCHEMA, jobs_hot
+from chokaq.storage.schema import jobs_hot
 from chokaq.storage.sqlfuncs import seconds, utc_offset, utcnow
 from chokaq.storage.statements import PENDING
 from chokaq.storage.statements.enqueue import enqueue_params, statement_for
@@ -29,10 +30,8 @@ def new_job_id() -> str:
 
 
 def bind(conn: Connection) -> Connection:
-    """Prepare a caller's connection for our tables (SQLite has no schemas)."""
-    if conn.dialect.name == "sqlite":
-        conn.execution_options(schema_translate_map={SCHEMA: None})
-    return conn
+    """Prepare a caller's connection for our tables (see :meth:`Profile.bind`)."""
+    return profile_of(conn.dialect).bind(conn)
 
 
 def _stored(c: Connection, ids: Sequence[str]) -> set[str]:
@@ -89,7 +88,7 @@ class Enqueuer:
     ) -> tuple[str, bool]:
         """See :meth:`Storage.enqueue`."""
         job_id = job_id or new_job_id()
-        stmt = statement_for(req, notify=self.tx.dialect == "postgresql")
+        stmt = statement_for(req, notify=self.tx.profile.listen_notify)
         params = enqueue_params(job_id, req)
         # A job without a key, for a queue this process knows has its row, is one INSERT (with
         # its NOTIFY): run alone it needs no transaction, so it costs one round trip, not four.
@@ -160,10 +159,7 @@ class Enqueuer:
         """See :meth:`Storage.enqueue_many`."""
         ids = [new_job_id() for _ in reqs]
         size = self.tx.settings.cleanup_batch_size
-        # SQL Server: RETURNING makes SQLAlchemy send multi-row VALUES batches (at most 2,099
-        # parameters each) typed by setinputsizes, NVARCHAR(max) for the payload. A plain
-        # executemany goes through fast_executemany, which sends no types: pyodbc then has the
-        # server describe every parameter, and binds VARCHAR(255) when that fails.
+        # Rows typed as the driver needs them (see Profile.typed_insert_many).
         stmt = insert(jobs_hot).values(
             Status=literal_column(str(PENDING)),
             AttemptCount=literal_column("0"),
@@ -172,8 +168,7 @@ class Enqueuer:
             CreatedAtUtc=utcnow(),
             LastUpdatedUtc=utcnow(),
         )
-        if self.tx.dialect == "mssql":
-            stmt = stmt.returning(jobs_hot.c.Id)
+        stmt = self.tx.profile.typed_insert_many(stmt, jobs_hot.c.Id)
 
         # Per batch, what its last attempt answered for keyed jobs (the existing id under a key).
         keyed: dict[int, str] = {}

@@ -29,7 +29,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 
 from chokaq.domain.errors import ConfigurationError
-from chokaq.storage.engine import missing_odbc_driver
+from chokaq.storage.dialects.sqlserver_errors import missing_odbc_driver
 from chokaq.storage.executor_sql import Rendered, expanding_names, render
 
 Rows = list[tuple[Any, ...]]

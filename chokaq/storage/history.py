@@ -42,6 +42,7 @@ from sqlalchemy import (
 )
 
 from chokaq.domain.states import FailureReason
+from chokaq.storage.dialects import profile_of
 from chokaq.storage.schema import jobs_archive, jobs_dlq
 from chokaq.storage.sqlfuncs import WAIT_BINS_PER_DECADE, WAIT_TOP_BIN, millis_between, wait_bin, whole_seconds_since
 from chokaq.storage.store import Storage
@@ -202,13 +203,7 @@ def load_history(storage: Storage, window: str, *, queue: str | None = None, now
         raise ValueError(f"unknown window {window!r}; one of {', '.join(WINDOWS)}")
 
     def work(c: Connection) -> History:
-        if c.dialect.name == "postgresql":
-            # The planner cannot estimate groups of computed buckets and guesses one per row, so it
-            # would sort every row (spilling to disk) where a hash of a few thousand groups fits in
-            # memory; and JIT-compiling the expressions costs more than it saves at 1M rows.
-            # LOCAL: for this read transaction only.
-            c.exec_driver_sql("SET LOCAL enable_sort = off")
-            c.exec_driver_sql("SET LOCAL jit = off")
+        profile_of(c.dialect).tune_history_read(c)
         return read_history(c, window, now=now or storage.db_now(c), queue=queue)
 
     return storage.read(work, op="history")

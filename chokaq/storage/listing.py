@@ -61,7 +61,7 @@ class JobListing:
     """The reads behind the Deck's tables and the CLI's listings; :class:`AdminStore` adds actions."""
 
     def __init__(self, storage: Storage) -> None:
-        self.s = storage
+        self.storage = storage
 
     def list_audit(
         self, *, job_id: str | None = None, actor: str | None = None, page: int = 1, page_size: int = 100
@@ -96,7 +96,7 @@ class JobListing:
             ]
             return out, int(total)
 
-        return self.s.read(work, op="list_audit")
+        return self.storage.read(work, op="list_audit")
 
     # ------------------------------------------------------------------ listing
     @staticmethod
@@ -155,7 +155,7 @@ class JobListing:
             ).all()
             return Page([MAPPERS[location](r) for r in rows], int(total), page, page_size)
 
-        return self.s.read(work, op=f"list_{location.value}")
+        return self.storage.read(work, op=f"list_{location.value}")
 
     def top_errors(self, limit: int = 10) -> list[dict[str, Any]]:
         def work(c: Connection) -> list[dict[str, Any]]:
@@ -182,7 +182,7 @@ class JobListing:
                 for r in rows
             ]
 
-        return self.s.read(work, op="top_errors")
+        return self.storage.read(work, op="top_errors")
 
     def recent_rates(self, minutes: Sequence[int] = (1, 5, 15)) -> dict[str, dict[str, int]]:
         """Jobs archived and dead-lettered in the last N minutes (served by the time indexes)."""
@@ -200,7 +200,7 @@ class JobListing:
                 out[f"{m}m"] = {"succeeded": int(done), "failed": int(dead)}
             return out
 
-        return self.s.read(work, op="recent_rates")
+        return self.storage.read(work, op="recent_rates")
 
 
 def contains(col: ColumnElement[Any], needle: str, *, ignore_case: bool = False) -> ColumnElement[bool]:

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, Table, delete, insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
+from chokaq.storage.dialects import profile_of
 from chokaq.storage.executor import Executor
 from chokaq.storage.schema import stats_summary
 from chokaq.storage.sqlfuncs import utcnow
@@ -52,10 +53,7 @@ def move_rows(
     rows = [dict(r._mapping) for r in c.execute(delete(source).where(where).returning(*source.c)).all()]
     if rows:
         shared = [col.name for col in target.c if col.name in source.c and col.name not in (stamps or {})]
-        copy = insert(target).values(**(stamps or {}))
-        if c.dialect.name == "mssql":
-            # Typed multi-row VALUES instead of untyped fast_executemany (see enqueue_many).
-            copy = copy.returning(target.c.Id)
+        copy = profile_of(c.dialect).typed_insert_many(insert(target).values(**(stamps or {})), target.c.Id)
         c.execute(copy, [{**{k: r[k] for k in shared}, **(changes(r) if changes else {})} for r in rows])
     return rows
 
@@ -76,20 +74,9 @@ def move_in_db(c: Connection, move: MoveStatements, params: dict[str, Any]) -> l
 
 
 def run_move(c: Connection, move: MoveStatements, params: dict[str, Any]) -> list[tuple[str, str]]:
-    """A move and its counter on ``c``, in the form its dialect runs fastest: PostgreSQL's one
-    statement, SQL Server's one batch, or copy, delete and bump. Returns ``(Id, Queue)`` pairs."""
-    if c.dialect.name == "postgresql":
-        return [(r[0], r[1]) for r in c.execute(move.single, params)]
-    if c.dialect.name == "mssql":
-        return [(r[0], r[1]) for r in c.execute(move.batch, params)]
-    moved = move_in_db(c, move, params)
-    bump_stats(c, move.counter, Counter(queue for _, queue in moved))
-    return moved
-
-
-def runs_alone(dialect: str) -> bool:
-    """Whether :func:`run_move` is one statement (or batch) that needs no transaction around it."""
-    return dialect in ("postgresql", "mssql")
+    """A move and its counter on ``c``, in the form its database runs fastest (see
+    :meth:`Profile.run_move`). Returns ``(Id, Queue)`` pairs."""
+    return profile_of(c.dialect).run_move(c, move, params)
 
 
 def run_move_on_driver(executor: Executor, move: MoveStatements, params: dict[str, Any]) -> list[tuple[str, str]]:

@@ -16,6 +16,8 @@ from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.selectable import FromClause
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from chokaq.storage.dialects import profile_of
+
 # Claim rows without waiting on, or deadlocking with, other workers' claims.
 MSSQL_CLAIM_HINT = "WITH (UPDLOCK, READPAST, ROWLOCK)"
 # Serialise MaxWorkers accounting per queue: a plain update lock on the queue row.
@@ -142,13 +144,13 @@ class ListParam(TypeDecorator[list[Any]]):
         self.item_type = item_type
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "postgresql":
+        if profile_of(dialect).list_arrays:
             return dialect.type_descriptor(postgresql.ARRAY(self.item_type))
         return dialect.type_descriptor(UnicodeText())
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
         items = list(value)
-        return items if dialect.name == "postgresql" else json.dumps(items)
+        return items if profile_of(dialect).list_arrays else json.dumps(items)
 
 
 class in_list(FunctionElement[bool]):

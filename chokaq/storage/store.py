@@ -24,26 +24,25 @@ from chokaq.domain.keys import check_key
 from chokaq.domain.models import EnqueueRequest, JobRecord, Lease, QueueInfo, QueueStats, SweepResult
 from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.settings import StorageSettings
-from chokaq.storage import moving
+from chokaq.storage import moving, recovery
 from chokaq.storage import statements as st
 from chokaq.storage.claims import Claimer, ClaimOptions
+from chokaq.storage.dialects import profile_of
+from chokaq.storage.dialects.postgres_statistics import STATISTICS_MIN_AGE, StatisticsCheck
 from chokaq.storage.engine import build_engine
 from chokaq.storage.enqueue import Enqueuer, new_job_id
-from chokaq.storage.enqueue import bind as _bind
 from chokaq.storage.lookup import get_job_statement, record_from_union
 from chokaq.storage.loop_driver import ConnectArgs, LoopDriver, loop_supported
 from chokaq.storage.lost_replies import LostReplies
-from chokaq.storage.moving import run_move, runs_alone
-from chokaq.storage.queue_stats import read_queue_stats
+from chokaq.storage.moving import bump_stats
+from chokaq.storage.queue_figures import read_queue_stats
 from chokaq.storage.queues import UNSET, Override, QueueCache, queue_values, read_queues
 from chokaq.storage.records import hot_record
 from chokaq.storage.schema import jobs_archive, jobs_dlq, jobs_hot
 from chokaq.storage.sqlfuncs import utcnow
 from chokaq.storage.statements import FETCHED, PROCESSING, MoveStatements, fence_params
-from chokaq.storage.statistics import STATISTICS_MIN_AGE, StatisticsCheck
 from chokaq.storage.transactions import Ambiguity, Transactions
 from chokaq.storage.wakeups import Announcer, Wakeups
-from chokaq.storage.wakeups import notify as _notify
 from chokaq.storage.worker_store import WorkerStore
 
 log = logging.getLogger("chokaq.storage")
@@ -90,6 +89,7 @@ class Storage:
             statement_timeout=self.settings.statement_timeout,
         )
         self.dialect = self.engine.dialect.name
+        self.profile = profile_of(self.engine.dialect)
         self.tx = Transactions(self.engine, self.settings)
         self.queue_cache = QueueCache()
         self.wakeups = Wakeups()
@@ -98,19 +98,19 @@ class Storage:
         self._enqueuer = Enqueuer(self.tx, self.queue_cache, self.wakeups)
         self._claimer = Claimer(self.tx, self.queue_cache, prepare=lambda: self._statistics.keeps_plans_current)
         # What the engine connects with, for a worker's LoopDriver (PostgreSQL only).
-        self._connect_args = ConnectArgs(self.engine, own=engine is None) if self.dialect == "postgresql" else None
+        self._connect_args = ConnectArgs(self.engine, own=engine is None) if self.profile.loop_driver else None
         self._loop_refusals: set[str] = set()  # reasons already logged
 
     # What this database offers the worker, asked by name rather than by dialect outside storage/.
     @property
     def supports_notify(self) -> bool:
         """LISTEN/NOTIFY wake-ups (see storage/notify.py): PostgreSQL."""
-        return self.dialect == "postgresql"
+        return self.profile.listen_notify
 
     @property
     def supports_statistics_refresh(self) -> bool:
         """Whether :meth:`refresh_statistics` can ever do anything here: PostgreSQL."""
-        return self.dialect == "postgresql"
+        return self.profile.statistics
 
     def for_worker(self, worker_id: str) -> WorkerStore:
         """The database calls of one worker, with the threads and loop connections it runs them on."""
@@ -176,9 +176,6 @@ class Storage:
         """After a commit that stored new Pending work: wake this process's workers and announcers."""
         self.wakeups.announce(due)
 
-    # Inside a transaction that stores new Pending work: wakes other processes' workers on commit.
-    notify = staticmethod(_notify)
-
     def ping(self) -> datetime:
         """Round trip to the database; returns its UTC clock."""
         return self.read(self.db_now, op="ping")
@@ -194,16 +191,6 @@ class Storage:
         # The migration opens its own transaction (it takes the schema lock first); replay it on
         # transient errors like any other.
         return self.tx.retrying(lambda: upgrade(self.engine), op="upgrade")
-
-    # ------------------------------------------------------------------ helpers
-    # Prepare a caller's connection for our tables (SQLite has no schemas).
-    bind = staticmethod(_bind)
-
-    def ensure_queue(self, conn: Connection, name: str) -> None:
-        """Create the queue row unless this process has seen it (see :class:`QueueCache`)."""
-        self.queue_cache.ensure(conn, name)
-
-    bump_stats = staticmethod(moving.bump_stats)
 
     # ------------------------------------------------------------------ enqueue
     def enqueue(
@@ -344,17 +331,12 @@ class Storage:
         return {r[0] for r in self.tx.driver(st.heartbeat_statement(groups), params, op="heartbeat")}
 
     # ------------------------------------------------------------------ finishing moves
-    # Inside the caller's transaction (admin's operator moves): see moving.py.
-    move_rows = staticmethod(moving.move_rows)
-    move_in_db = staticmethod(moving.move_in_db)
-
     def move(self, move: MoveStatements, params: dict[str, Any], *, op: str) -> list[tuple[str, str]]:
         """Run a move and bump its counter atomically. Returns ``(Id, Queue)`` of each moved row."""
-        # Straight through the driver (see executor.py): one statement or batch, or on SQLite the
-        # copy, delete and counters in one transaction.
-        if runs_alone(self.dialect):
-            single = move.single if self.dialect == "postgresql" else move.batch
-            return [(r[0], r[1]) for r in self.tx.driver(single, params, op=op)]
+        # Straight through the driver (see executor.py): one statement or batch, or else the copy,
+        # delete and counters in one transaction.
+        if self.profile.moves_alone:
+            return [(r[0], r[1]) for r in self.tx.driver(self.profile.alone_move(move), params, op=op)]
         return self.tx.retrying(lambda: moving.run_move_on_driver(self.tx.executor, move, params), op=op)
 
     def complete(self, worker_id: str, done: Sequence[Completion]) -> set[str]:
@@ -408,7 +390,7 @@ class Storage:
 
         def work(c: Connection) -> bool:
             rows = c.execute(st.retry_statement(groups), params).all()
-            self.bump_stats(c, st.RETRIED, Counter(r[0] for r in rows))
+            bump_stats(c, st.RETRIED, Counter(r[0] for r in rows))
             return bool(rows)
 
         ok, unheard = self.lost_replies.unheard_move("retry", [lease], lambda: self.write(work, op="retry"))
@@ -446,7 +428,7 @@ class Storage:
     # ------------------------------------------------------------------ planner statistics
     def refresh_statistics(self, *, min_age: float = STATISTICS_MIN_AGE) -> bool:
         """PostgreSQL only: ANALYZE JobsHot when the planner's picture of it is stale. Returns
-        whether it did (see :func:`chokaq.storage.statistics.refresh_statistics`)."""
+        whether it did (see :func:`chokaq.storage.dialects.postgres_statistics.refresh_statistics`)."""
         if not self.supports_statistics_refresh:
             return False
         return self._statistics.refresh(min_age=min_age)
@@ -455,49 +437,10 @@ class Storage:
     def sweep(
         self, *, fetched_timeout: float, zombie_timeout: float, max_attempts: int, batch_size: int | None = None
     ) -> SweepResult:
-        """Both recovery phases. Safe to run from any number of processes at once.
-
-        Each phase runs in transactions of at most ``batch_size`` jobs (``Storage.CleanupBatchSize``)
-        until nothing is left, so a backlog of zombies never becomes one long transaction. Every
-        transaction changes its job rows first and the StatsSummary counters last, as completions
-        do: two transactions never wait for each other's rows in opposite orders.
-        """
+        """Both recovery phases (see :func:`recovery.sweep`). Safe to run from any number of
+        processes at once."""
         size = batch_size or self.settings.cleanup_batch_size
-        stmts = st.sweep_statements(fetched_timeout, zombie_timeout, max_attempts, size)
-
-        def recover(c: Connection) -> int:
-            return int(c.execute(stmts.recover).rowcount or 0)
-
-        def retry(c: Connection) -> int:
-            retried = c.execute(stmts.retry).all()
-            self.bump_stats(c, st.RETRIED, Counter(r[0] for r in retried))
-            return len(retried)
-
-        def bury(c: Connection) -> list[str]:
-            ids = [r[0] for r in c.execute(stmts.zombie_ids).all()]
-            if not ids:
-                return []
-            return [job_id for job_id, _ in run_move(c, stmts.zombies, {"zombie_ids": ids})]
-
-        def loop(phase: Callable[[Connection], int], op: str) -> int:
-            total = 0
-            while True:
-                n = self.write(phase, op=op)
-                total += n
-                if n < size:
-                    return total
-
-        recovered = loop(recover, "sweep_recover")
-        retried = loop(retry, "sweep_retry")
-        zombie_ids: list[str] = []
-        while True:
-            batch = self.write(bury, op="sweep_zombies")
-            zombie_ids += batch
-            if len(batch) < size:
-                break
-        return SweepResult(
-            recovered=recovered, archived=len(zombie_ids), retried_zombies=retried, zombie_ids=zombie_ids
-        )
+        return recovery.sweep(self.tx, fetched_timeout, zombie_timeout, max_attempts, size)
 
     # ------------------------------------------------------------------ reads
     def get_job(self, job_id: str) -> JobRecord | None:

@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from chokaq.settings import StorageSettings
+from chokaq.storage.dialects import profile_of
 from chokaq.storage.engine import is_transient
 from chokaq.storage.executor import Executor
 
@@ -66,6 +67,7 @@ class Transactions:
     def __init__(self, engine: Engine, settings: StorageSettings) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
+        self.profile = profile_of(engine.dialect)
         self.settings = settings
         # SQL Server's pool for single statements (see autocommit_twin); None elsewhere.
         self.autocommit = autocommit_twin(engine)

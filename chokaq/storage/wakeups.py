@@ -1,5 +1,5 @@
 """Wake-ups for workers when new Pending work is committed: in this process (listeners and
-announcers) and, on PostgreSQL, in others (NOTIFY on :data:`NOTIFY_CHANNEL`; see notify.py).
+announcers) and, where the database can deliver them, in others (PostgreSQL's NOTIFY; see notify.py).
 
 Separate from the app's event bus (``ChokaQ.bus``) on purpose: the bus carries operator events (what happened, for
 people and the Deck), and may be slow or absent. A wake-up is only a hint to local workers to look
@@ -12,21 +12,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection
+
+from chokaq.storage.dialects import profile_of
+from chokaq.storage.dialects.postgres import NOTIFY_CHANNEL
 
 log = logging.getLogger("chokaq.storage")
 
-NOTIFY_CHANNEL = "chokaq_jobs"
+__all__ = ["NOTIFY_CHANNEL", "Announcer", "Wakeups", "notify"]
 
 # ``{queue: seconds until its first new job is due}``, or None when the queues are not known.
 Announcer = Callable[[Mapping[str, float] | None], None]
 
 
 def notify(conn: Connection, queue: str) -> None:
-    """Inside the transaction that stores new work on ``queue``: PostgreSQL delivers the NOTIFY to
-    listening workers when (and only if) it commits. Nothing elsewhere."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, queue)))
+    """Inside the transaction that stores new work on ``queue``: where the database has NOTIFY, it
+    reaches listening workers when (and only if) the transaction commits. Nothing elsewhere."""
+    profile_of(conn.dialect).notify(conn, queue)
 
 
 class Wakeups:

@@ -13,6 +13,7 @@ from sqlalchemy import text
 from chokaq.domain.models import EnqueueRequest, JobRecord
 from chokaq.domain.states import Location
 from chokaq.storage import Storage
+from chokaq.storage.moving import move_in_db
 from chokaq.storage.statements import complete_statements, fence_params
 from chokaq.storage.store import Completion
 from tests.helpers import counts, totals
@@ -89,7 +90,7 @@ def test_the_portable_move_works_under_postgres_locks(pg: Storage) -> None:
     jobs = running(pg, "w1", ["a", "b"], 3)
     groups, params = fence_params("w1", [j.lease for j in jobs[:4]])
     params["durations"] = "{}"
-    moved = pg.write(lambda c: pg.move_in_db(c, complete_statements(groups), params))
+    moved = pg.write(lambda c: move_in_db(c, complete_statements(groups), params))
     assert len(moved) == 4
     for job_id, _ in moved:
         found = pg.get_job(job_id)

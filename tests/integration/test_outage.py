@@ -16,7 +16,8 @@ from chokaq.domain.models import EnqueueRequest
 from chokaq.runtime.sweeper import sweep_forever, sweep_outlasting
 from chokaq.settings import StorageSettings, load_settings
 from chokaq.storage import Storage
-from chokaq.storage.engine import is_transient, postgresql_connect_args
+from chokaq.storage.dialects.postgres import postgresql_connect_args
+from chokaq.storage.engine import is_transient
 from tests.faultproxy import FaultProxy
 from tests.helpers import age, counts, wait_for
 

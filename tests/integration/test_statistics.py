@@ -15,6 +15,7 @@ from chokaq import ChokaQ
 from chokaq.domain.models import EnqueueRequest
 from chokaq.storage import Storage
 from chokaq.storage.claims import ClaimOptions, claim_query
+from chokaq.storage.dialects import PROFILES
 from chokaq.storage.statements import claim_statement
 from chokaq.storage.store import Completion
 from tests.helpers import wait_for
@@ -240,7 +241,7 @@ def prepared_claim_plan(storage: Storage) -> str:
         r[0] for r in link.raw.execute("SELECT name, statement FROM pg_prepared_statements") if "SKIP LOCKED" in r[1]
     ]
     assert len(names) == 1, names  # the claim is prepared
-    stmt, params = claim_query("postgresql", "w", 2, None, limited=False, options=ClaimOptions(False, (), ()))
+    stmt, params = claim_query(PROFILES["postgresql"], "w", 2, None, limited=False, options=ClaimOptions(False, (), ()))
     rendered = storage.tx.executor.rendered(stmt, params)
     values = rendered.bind(params)
     assert isinstance(values, dict)

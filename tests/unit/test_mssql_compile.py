@@ -24,8 +24,8 @@ from chokaq.domain.models import EnqueueRequest, Lease
 from chokaq.domain.states import FailureReason, Location
 from chokaq.storage import Storage
 from chokaq.storage.admin import Actor, AdminStore, JobEdit, JobFilter
+from chokaq.storage.dialects.sqlserver_shapes import MoveBatch, lease_rowset
 from chokaq.storage.migrations import render_script
-from chokaq.storage.mssql_shapes import MoveBatch, lease_rowset
 from chokaq.storage.sqlfuncs import ListParam, in_list
 from chokaq.storage.statements import (
     complete_statements,

@@ -17,7 +17,8 @@ from sqlalchemy import text
 from chokaq.domain.errors import ConfigurationError
 from chokaq.settings import StorageSettings
 from chokaq.storage import Storage
-from chokaq.storage.engine import SQL_COPT_SS_ACCESS_TOKEN, build_engine
+from chokaq.storage.dialects.sqlserver_connect import SQL_COPT_SS_ACCESS_TOKEN
+from chokaq.storage.engine import build_engine
 
 from .mssql_fake import FakeServer
 
@@ -96,7 +97,7 @@ def test_password_sign_in_is_left_alone(server: FakeServer) -> None:
 
 
 def test_connection_string_keys_with_braced_values() -> None:
-    from chokaq.storage.engine import odbc_pairs, without_sign_in_keys
+    from chokaq.storage.dialects.sqlserver_connect import odbc_pairs, without_sign_in_keys
 
     cs = (
         "DRIVER={ODBC Driver 18 for SQL Server};Server=s;PWD={a;b}}c};Trusted_Connection=Yes;"

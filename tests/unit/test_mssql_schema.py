@@ -165,7 +165,7 @@ OLD_COLUMNS = [
 
 
 def test_migration_3_converts_an_existing_database(server: FakeServer) -> None:
-    from chokaq.storage.mssql_keys_migration import upgrade_keys_and_text
+    from chokaq.storage.dialects.sqlserver_keys import upgrade_keys_and_text
 
     server.answer(r"FROM sys\.columns", OLD_COLUMNS)
     server.answer(r"FROM sys\.key_constraints", [("PK__JobsHot__3214EC07A1B2C3D4",)])

@@ -13,7 +13,7 @@ from sqlalchemy.sql.dml import ReturningUpdate
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import table as sql_table
 
-from chokaq.storage.mssql_shapes import CteUpdate
+from chokaq.storage.dialects.sqlserver_shapes import CteUpdate
 from chokaq.storage.schema import jobs_hot, queues
 from chokaq.storage.sqlfuncs import MSSQL_CLAIM_HINT, ListParam, claim_lock, in_list, utcnow
 from chokaq.storage.statements.columns import Columns

@@ -20,7 +20,7 @@ RETRIED: StatsCounter = "RetriedTotal"
 @functools.lru_cache(maxsize=8)
 def bump_statement(column: StatsCounter) -> Update:
     """Add ``stats_delta`` to one counter of queue ``stats_queue`` (an existing row: see
-    :meth:`Storage.bump_stats`, which inserts the row when this finds none)."""
+    :func:`moving.bump_stats`, which inserts the row when this finds none)."""
     col = stats_summary.c[column]
     delta = cast(bindparam("stats_delta", type_=BigInteger()), BigInteger())
     return (
@@ -33,7 +33,7 @@ def bump_statement(column: StatsCounter) -> Update:
 @functools.lru_cache(maxsize=8)
 def counter_insert_statement(column: StatsCounter) -> Insert:
     """A new StatsSummary row for queue ``stats_queue`` starting ``column`` at ``stats_delta`` (the
-    insert :meth:`Storage.bump_stats` makes when :func:`bump_statement` finds no row, with the
+    insert :func:`moving.bump_stats` makes when :func:`bump_statement` finds no row, with the
     values bound, so the statement renders once)."""
     return insert(stats_summary).values(
         {

@@ -16,10 +16,10 @@ from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain.models import EnqueueRequest
+from chokaq.storage.dialects.postgres import NOTIFY_CHANNEL
 from chokaq.storage.schema import jobs_hot
 from chokaq.storage.sqlfuncs import seconds, utc_offset, utcnow
 from chokaq.storage.statements.status import PENDING
-from chokaq.storage.wakeups import NOTIFY_CHANNEL
 
 
 def _given(name: str, column: Any, present: bool) -> ColumnElement[Any]:

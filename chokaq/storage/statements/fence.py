@@ -12,7 +12,8 @@ from sqlalchemy import and_, bindparam, literal_column, or_
 from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain.models import Lease
-from chokaq.storage.mssql_shapes import lease_rowset
+from chokaq.storage.dialects import profile_of
+from chokaq.storage.dialects.sqlserver_shapes import lease_rowset
 from chokaq.storage.schema import jobs_hot
 from chokaq.storage.sqlfuncs import ListParam, in_list
 
@@ -55,14 +56,15 @@ def fence(groups: int, status: int) -> ColumnElement[bool]:
 
 
 def fence_params(worker_id: str, leases: Iterable[Lease], dialect: str = "") -> tuple[int, dict[str, Any]]:
-    """``(groups, parameters)`` for :func:`fence` (``groups == 0``: SQL Server's lease rowset)."""
+    """``(groups, parameters)`` for :func:`fence` on ``dialect`` (a name; none: id lists), whose
+    profile says whether leases travel as one rowset (``groups == 0``) or as id lists per attempt."""
     by_attempt: dict[int, list[str]] = defaultdict(list)
     for lease in leases:
         if lease.worker_id != worker_id:
             raise ValueError("all leases in one move must belong to one worker")
         by_attempt[lease.attempt].append(lease.job_id)
     params: dict[str, Any] = {"fence_worker": worker_id}
-    if dialect == "mssql":
+    if dialect and profile_of(dialect).lease_rowset:
         # One pair per job (a job named twice would be copied twice by a join).
         pairs = {job_id: attempt for attempt, ids in by_attempt.items() for job_id in ids}
         params["fence_leases"] = json.dumps([[job_id, attempt] for job_id, attempt in pairs.items()])

@@ -27,7 +27,7 @@ from sqlalchemy.sql.dml import ReturningDelete
 from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain.states import FailureReason
-from chokaq.storage.mssql_shapes import MoveBatch
+from chokaq.storage.dialects.sqlserver_shapes import MoveBatch
 from chokaq.storage.schema import jobs_archive, jobs_dlq, jobs_hot, stats_summary
 from chokaq.storage.sqlfuncs import lookup_int, row_lock, utcnow
 from chokaq.storage.statements.columns import Columns

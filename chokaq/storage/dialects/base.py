@@ -1,0 +1,169 @@
+"""What a database profile answers: the one interface through which storage code asks about the
+database it runs on, instead of branching on the dialect's name.
+
+Each supported database has one profile module beside this one (``postgres``, ``sqlserver``,
+``sqlite``), the single home of everything chokaq does differently there. The defaults below are
+what the SQL standard and SQLAlchemy's portable forms give; a profile overrides what its database
+does otherwise.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sqlalchemy import Column, Connection, Engine, Table, text
+from sqlalchemy.engine import URL, Dialect
+
+from chokaq.storage.schema import SCHEMA
+
+if TYPE_CHECKING:
+    from chokaq.storage.statements import MoveStatements
+
+
+class Profile:
+    """One database's differences. Stateless: one instance per database, shared."""
+
+    name: ClassVar[str]  # SQLAlchemy's dialect name
+    label: ClassVar[str]  # the name the docs and the CLI's messages use
+    extra: ClassVar[str]  # the pip extra that installs its driver
+
+    # ------------------------------------------------------------------ capabilities
+    #: LISTEN/NOTIFY wake-ups between processes.
+    listen_notify: ClassVar[bool] = False
+    #: Planner statistics chokaq keeps current itself (Storage.refresh_statistics).
+    statistics: ClassVar[bool] = False
+    #: An asynchronous driver for the worker's claims and completions on its event loop.
+    loop_driver: ClassVar[bool] = False
+    #: A list parameter binds as a native array (else as one JSON text).
+    list_arrays: ClassVar[bool] = False
+    #: Tables live in chokaq's schema (SQLite has none: the schema is translated away).
+    schemas: ClassVar[bool] = True
+    #: A connection that can break under a sent statement, so a reply can be lost. An embedded
+    #: database has no connection to lose: a failure there always rolled back.
+    lost_replies: ClassVar[bool] = True
+    #: A single writing statement may run alone in autocommit; else every write opens its own
+    #: transaction (SQLite's BEGIN IMMEDIATE, which is its write lock).
+    autocommit_statements: ClassVar[bool] = True
+    #: A finishing move is one statement or batch that carries its own counter bump.
+    moves_alone: ClassVar[bool] = False
+    #: Fences name their leases as one JSON rowset (else one id list per attempt).
+    lease_rowset: ClassVar[bool] = False
+    #: The hot-path and sweep statements can be printed as a script (`chokaq db script --queries`).
+    queries_script: ClassVar[bool] = True
+    #: The driver returns rows for a statement with RETURNING only when asked to fetch them.
+    fetch_returning: ClassVar[bool] = False
+    #: What ends one statement in a plain script.
+    script_separator: ClassVar[str] = ";\n"
+
+    # ------------------------------------------------------------------ connections
+    def build_engine(
+        self,
+        url: URL,
+        *,
+        pool_size: int,
+        echo: bool,
+        command_timeout: int,
+        connect_timeout: float,
+        statement_timeout: float,
+    ) -> Engine:
+        raise NotImplementedError
+
+    def autocommit_twin(self, engine: Engine) -> Engine | None:
+        """A second pool whose connections stay in autocommit, for single statements (None: the
+        shared pool switches per statement at no cost)."""
+        return None
+
+    # ------------------------------------------------------------------ errors
+    def transient(self, exc: BaseException) -> bool:
+        """Whether this driver's error ``exc`` (unwrapped) may pass when the transaction is replayed."""
+        return False
+
+    def never_transient(self, exc: BaseException) -> bool:
+        """Whether ``exc`` must not be replayed even where it looks like a dropped link."""
+        return False
+
+    # ------------------------------------------------------------------ statements
+    def ddl_dialect(self) -> Dialect:
+        """The dialect the plain DDL script is compiled for (`chokaq db script`)."""
+        raise NotImplementedError
+
+    def scripting_dialect(self) -> Dialect:
+        """The dialect, as production's first connection initialises it, with named parameters:
+        for the printed hot-path statements (`chokaq db script --queries`)."""
+        raise NotImplementedError
+
+    def claim_statement(
+        self, queue_names: list[str], limited: bool, limit: int, start: bool, zombie_retry: bool, params: dict[str, Any]
+    ) -> Any:
+        """The claim for ``queue_names`` (empty: every queue), its queue parameters added to ``params``."""
+        from chokaq.storage import statements as st
+
+        if queue_names:
+            params["claim_queues"] = list(queue_names)
+        return st.claim_statement(bool(queue_names), limited, limit, start, zombie_retry)
+
+    def alone_move(self, move: MoveStatements) -> Any:
+        """The statement (or batch) of a move that runs alone (see :attr:`moves_alone`)."""
+        raise NotImplementedError
+
+    def run_move(self, c: Connection, move: MoveStatements, params: dict[str, Any]) -> list[tuple[str, str]]:
+        """A move and its counter on ``c``, in the form this database runs fastest: one statement
+        or batch where :attr:`moves_alone`, else copy, delete and bump. Returns ``(Id, Queue)`` pairs."""
+        if self.moves_alone:
+            return [(r[0], r[1]) for r in c.execute(self.alone_move(move), params)]
+        from chokaq.storage.moving import bump_stats, move_in_db
+
+        moved = move_in_db(c, move, params)
+        bump_stats(c, move.counter, Counter(queue for _, queue in moved))
+        return moved
+
+    def typed_insert_many(self, stmt: Any, id_column: Column[Any]) -> Any:
+        """A multi-row INSERT as this driver sends its parameters typed."""
+        return stmt
+
+    def notify(self, conn: Connection, queue: str) -> None:
+        """Inside a transaction storing new work on ``queue``: wake other processes at commit."""
+
+    def tune_history_read(self, conn: Connection) -> None:
+        """Inside the history's read transaction: planner settings for its grouped read."""
+
+    # ------------------------------------------------------------------ schema
+    def bind(self, conn: Connection) -> Connection:
+        """Prepare a caller's connection for chokaq's tables."""
+        return conn
+
+    @property
+    def table_schema(self) -> str | None:
+        return SCHEMA if self.schemas else None
+
+    def migration_lock(self, conn: Connection) -> None:
+        """Inside the migration's transaction: the lock that serialises concurrent upgrades, and
+        chokaq's schema created."""
+
+    @contextmanager
+    def upgrading(self, conn: Connection) -> Iterator[None]:
+        """Around the migration's steps: what this database needs checked or lifted first."""
+        yield
+
+    def upgrade_keys_and_text(self, conn: Connection) -> None:
+        """Migration 3: types the current definitions give keys and user text (nothing to do
+        where the database already stores Unicode and compares text exactly)."""
+
+    def add_column(self, conn: Connection, table: Table, column: Column[Any]) -> None:
+        """``ALTER TABLE ADD`` a nullable ``column`` unless the table has it."""
+        prep = conn.dialect.identifier_preparer
+        definition = f"{prep.quote(column.name)} {column.type.compile(conn.dialect)} NULL"
+        name = f"{prep.quote_schema(SCHEMA)}.{prep.quote(table.name)}"
+        conn.execute(text(f"ALTER TABLE {name} ADD COLUMN IF NOT EXISTS {definition}"))
+
+    def script_preamble(self, dialect: Dialect) -> list[str]:
+        """Statements a plain DDL script starts with."""
+        return []
+
+    script_now: ClassVar[str] = "CURRENT_TIMESTAMP"
+
+    def quote(self, name: str) -> str:
+        return f'"{name}"'

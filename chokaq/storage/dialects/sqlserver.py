@@ -1,0 +1,141 @@
+"""SQL Server and Azure SQL (``mssql+pyodbc``): everything chokaq does differently there.
+
+The rest of SQL Server's differences live beside this profile, each in one module:
+:mod:`.sqlserver_connect` (engine, token sign-in, command timeout, the autocommit pool),
+:mod:`.sqlserver_errors` (native error numbers worth a replay, a missing ODBC driver),
+:mod:`.sqlserver_shapes` (the claim as an updatable CTE, fences over one lease rowset, a move and
+its counter as one batch), :mod:`.sqlserver_keys` (migration 3) and
+:mod:`.sqlserver_requirements` (what `chokaq db upgrade` checks first). Lock hints, time arithmetic
+and list parameters compile through ``@compiles(..., "mssql")`` in ``sqlfuncs.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sqlalchemy import Column, Connection, Engine, Table, text
+from sqlalchemy.dialects import mssql
+from sqlalchemy.engine import URL, Dialect
+
+from chokaq.storage.dialects import sqlserver_errors
+from chokaq.storage.dialects.base import Profile
+from chokaq.storage.schema import SCHEMA
+
+if TYPE_CHECKING:
+    from chokaq.storage.statements import MoveStatements
+
+MIGRATION_LOCK = "chokaq.migrations"
+
+
+class SqlServerProfile(Profile):
+    name = "mssql"
+    label = "sqlserver"
+    extra = "mssql"
+    moves_alone = True
+    lease_rowset = True
+    script_separator: ClassVar[str] = "\nGO\n"
+    script_now: ClassVar[str] = "SYSUTCDATETIME()"
+
+    def build_engine(
+        self,
+        url: URL,
+        *,
+        pool_size: int,
+        echo: bool,
+        command_timeout: int,
+        connect_timeout: float,
+        statement_timeout: float,
+    ) -> Engine:
+        from chokaq.storage.dialects.sqlserver_connect import mssql_engine
+
+        return mssql_engine(url, pool_size=pool_size, echo=echo, command_timeout=command_timeout)
+
+    def autocommit_twin(self, engine: Engine) -> Engine | None:
+        from chokaq.storage.dialects.sqlserver_connect import autocommit_twin
+
+        return autocommit_twin(engine)
+
+    def transient(self, exc: BaseException) -> bool:
+        return sqlserver_errors.transient(exc)
+
+    def never_transient(self, exc: BaseException) -> bool:
+        # SQLAlchemy takes unixODBC's 01000 for a dropped link; replaying cannot install a driver.
+        return sqlserver_errors.missing_odbc_driver(exc) is not None
+
+    def ddl_dialect(self) -> Dialect:
+        return mssql.pyodbc.dialect()  # type: ignore[no-untyped-call]
+
+    def scripting_dialect(self) -> Dialect:
+        d: Any = mssql.pyodbc.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
+        # As initialised against SQL Server 2022 (what production's first connection reports).
+        d.server_version_info = (16, 0)
+        d._setup_version_attributes()
+        return d  # type: ignore[no-any-return]
+
+    def claim_statement(
+        self, queue_names: list[str], limited: bool, limit: int, start: bool, zombie_retry: bool, params: dict[str, Any]
+    ) -> Any:
+        from chokaq.storage import statements as st
+
+        # One parameter per queue: the updatable CTE compares Queue = ? per name (sqlserver_shapes.py).
+        for i, name in enumerate(queue_names):
+            params[f"claim_queue_{i}"] = name
+        return st.mssql_claim_statement(len(queue_names), limited, limit, start, zombie_retry)
+
+    def alone_move(self, move: MoveStatements) -> Any:
+        return move.batch
+
+    def typed_insert_many(self, stmt: Any, id_column: Column[Any]) -> Any:
+        # RETURNING makes SQLAlchemy send multi-row VALUES batches (at most 2,099 parameters
+        # each) typed by setinputsizes, NVARCHAR(max) for a payload. A plain executemany goes
+        # through fast_executemany, which sends no types: pyodbc then has the server describe
+        # every parameter, and binds VARCHAR(255) when that fails.
+        return stmt.returning(id_column)
+
+    def migration_lock(self, conn: Connection) -> None:
+        rc = conn.execute(
+            text(
+                "DECLARE @rc int; EXEC @rc = sp_getapplock @Resource = :r, @LockMode = 'Exclusive', "
+                "@LockOwner = 'Transaction', @LockTimeout = 120000; SELECT @rc"
+            ),
+            {"r": MIGRATION_LOCK},
+        ).scalar()
+        if rc is None or int(rc) < 0:
+            raise RuntimeError(f"could not take the migration lock (sp_getapplock returned {rc})")
+        conn.execute(text(f"IF SCHEMA_ID('{SCHEMA}') IS NULL EXEC('CREATE SCHEMA [{SCHEMA}]')"))
+
+    @contextmanager
+    def upgrading(self, conn: Connection) -> Iterator[None]:
+        from chokaq.storage.dialects.sqlserver_connect import mssql_without_timeouts
+        from chokaq.storage.dialects.sqlserver_requirements import check_sql_server
+
+        check_sql_server(conn)
+        with mssql_without_timeouts(conn):
+            yield
+
+    def upgrade_keys_and_text(self, conn: Connection) -> None:
+        from chokaq.storage.dialects.sqlserver_keys import upgrade_keys_and_text
+
+        upgrade_keys_and_text(conn)
+
+    def add_column(self, conn: Connection, table: Table, column: Column[Any]) -> None:
+        prep = conn.dialect.identifier_preparer
+        definition = f"{prep.quote(column.name)} {column.type.compile(conn.dialect)} NULL"
+        name = f"{prep.quote_schema(SCHEMA)}.{prep.quote(table.name)}"
+        conn.execute(
+            text(f"IF COL_LENGTH('{SCHEMA}.{table.name}', '{column.name}') IS NULL ALTER TABLE {name} ADD {definition}")
+        )
+
+    def script_preamble(self, dialect: Dialect) -> list[str]:
+        return [
+            # ODBC sqlcmd starts with QUOTED_IDENTIFIER OFF, and filtered indexes refuse to be
+            # created without these (Msg 1934). They hold for the session: once at the top is enough.
+            "SET ANSI_NULLS ON;\nSET ANSI_PADDING ON;\nSET ANSI_WARNINGS ON;\nSET ARITHABORT ON;\n"
+            "SET CONCAT_NULL_YIELDS_NULL ON;\nSET NUMERIC_ROUNDABORT OFF;\nSET QUOTED_IDENTIFIER ON;",
+            f"IF SCHEMA_ID('{SCHEMA}') IS NULL EXEC('CREATE SCHEMA [{SCHEMA}]')",
+        ]
+
+    def quote(self, name: str) -> str:
+        return f"[{name}]"
