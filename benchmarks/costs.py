@@ -353,7 +353,7 @@ def load_dlq(app: Any, n: int) -> float:
 
 def dlq_size(args: Any, size: int, explain_it: bool) -> tuple[list[list[str]], list[str]]:
     from chokaq.domain.states import FailureReason, Location
-    from chokaq.storage.admin import Actor, AdminStore, JobFilter
+    from chokaq.storage import Actor, AdminStore, JobFilter
 
     actor = Actor("bench", "admin")
     rows: list[list[str]] = []
@@ -599,7 +599,7 @@ def load_archive(app: Any, n: int, span_seconds: int) -> float:
 
 
 def history_cost(args: Any) -> None:
-    from chokaq.storage.history import WINDOWS, load_history
+    from chokaq.storage import WINDOWS, load_history
 
     rows: list[list[str]] = []
     plans: list[str] = []

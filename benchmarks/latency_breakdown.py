@@ -7,8 +7,9 @@ launched, the handler starts. A step that grows is where a latency regression is
 
     .venv/bin/python benchmarks/latency_breakdown.py [--samples 200] [--gap-ms 20]
 
-It wraps a few of chokaq's internal functions (the LISTEN callback, Worker._poke,
-Storage.fetch, Worker._launch), so it measures this checkout only; the wrappers cost a few µs.
+It wraps a few of chokaq's internal functions (the LISTEN callback, Fetcher.poke,
+Storage.fetch, Starter.launch, Execution._run_handler), so it measures this checkout only; the
+wrappers cost a few µs.
 """
 
 from __future__ import annotations
@@ -30,20 +31,22 @@ STEPS = ["enqueue returned", "NOTIFY heard", "loop poked", "claim sent", "claim 
 def install(marks: dict[int, dict[str, float]], current: list[int | None]) -> None:
     """Wrap the hand-over points; each records the first time it is reached for the current job."""
     import chokaq.runtime.worker as worker_mod
-    import chokaq.storage.notify as notify_mod
     from chokaq import ChokaQ
-    from chokaq.storage.store import Storage
+    from chokaq.runtime.execution import Execution
+    from chokaq.runtime.fetching import Fetcher
+    from chokaq.runtime.starting import Starter
+    from chokaq.storage import Storage
 
     def mark(step: str) -> None:
         if current[0] is not None:
             marks.setdefault(current[0], {}).setdefault(step, time.perf_counter())
 
     listen, poke, fetch, launch, run_handler, enqueue = (
-        notify_mod.listen,
-        worker_mod.Worker._poke,
+        worker_mod.listen,
+        Fetcher.poke,
         Storage.fetch,
-        worker_mod.Worker._launch,
-        worker_mod.Worker._run_handler,
+        Starter.launch,
+        Execution._run_handler,
         ChokaQ.enqueue,
     )
 
@@ -80,11 +83,11 @@ def install(marks: dict[int, dict[str, float]], current: list[int | None]) -> No
         mark("enqueue returned")
         return job_id
 
-    notify_mod.listen = listen_marked  # type: ignore[assignment]
-    worker_mod.Worker._poke = poke_marked  # type: ignore[method-assign]
+    worker_mod.listen = listen_marked  # type: ignore[assignment]  # the name the worker starts its thread with
+    Fetcher.poke = poke_marked  # type: ignore[method-assign]
     Storage.fetch = fetch_marked  # type: ignore[method-assign]
-    worker_mod.Worker._launch = launch_marked  # type: ignore[method-assign]
-    worker_mod.Worker._run_handler = run_handler_marked  # type: ignore[method-assign]
+    Starter.launch = launch_marked  # type: ignore[method-assign]
+    Execution._run_handler = run_handler_marked  # type: ignore[method-assign]
     ChokaQ.enqueue = enqueue_marked  # type: ignore[method-assign]
 
 

@@ -11,7 +11,7 @@ from chokaq import telemetry
 from chokaq.operations.service import Operations
 from chokaq.runtime.app import ChokaQ
 from chokaq.runtime.sweeper import sweep_outlasting
-from chokaq.storage.admin import Actor
+from chokaq.storage import Actor
 
 log = logging.getLogger("chokaq.functions")
 

@@ -22,7 +22,7 @@ from chokaq.domain.errors import ConflictError, JobValidationError, NotFoundErro
 from chokaq.operations.service import Operations
 from chokaq.redact import redact
 from chokaq.runtime.app import ChokaQ
-from chokaq.storage.admin import AdminStore
+from chokaq.storage import AdminStore
 
 log = logging.getLogger("chokaq.api")
 

@@ -44,7 +44,7 @@ from chokaq.operations.job_out import iso
 from chokaq.operations.rules import parse_failure_reason
 from chokaq.operations.service import Selection
 from chokaq.runtime.app import ChokaQ
-from chokaq.storage.admin import BulkResult, JobEdit, JobFilter
+from chokaq.storage import BulkResult, JobEdit, JobFilter
 
 router = APIRouter(prefix="/api/dlq", tags=["dlq"])
 

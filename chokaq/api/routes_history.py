@@ -12,7 +12,7 @@ from chokaq.api.models import Text
 from chokaq.domain import limits
 from chokaq.domain.states import FailureReason
 from chokaq.operations.job_out import iso
-from chokaq.storage.history import WAIT_BASIS, load_history
+from chokaq.storage import WAIT_BASIS, load_history
 
 router = APIRouter(prefix="/api")
 Window = Literal["1h", "6h", "24h", "7d"]

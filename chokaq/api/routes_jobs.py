@@ -41,7 +41,7 @@ from chokaq.api.models import (
 from chokaq.domain import limits
 from chokaq.domain.errors import NotFoundError
 from chokaq.domain.states import JobStatus, Location
-from chokaq.storage.admin import JobEdit, JobFilter
+from chokaq.storage import JobEdit, JobFilter
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 

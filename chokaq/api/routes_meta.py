@@ -28,7 +28,7 @@ from chokaq.domain import limits
 from chokaq.domain.states import FailureReason, JobStatus, Location
 from chokaq.operations.rules import zombie_timeout_floor
 from chokaq.runtime.events import EVENT_KINDS
-from chokaq.storage.history import WINDOWS
+from chokaq.storage import WINDOWS
 
 router = APIRouter(prefix="/api")
 

@@ -24,7 +24,7 @@ from chokaq.domain.states import Location
 from chokaq.operations.job_out import JobOut
 from chokaq.operations.rules import is_loopback, parse_failure_reason
 from chokaq.operations.service import Selection
-from chokaq.storage.admin import Actor, AdminStore, BulkResult, JobFilter
+from chokaq.storage import Actor, AdminStore, BulkResult, JobFilter
 
 
 def _default_actor() -> str:

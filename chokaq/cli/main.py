@@ -58,7 +58,7 @@ def db_upgrade(c: Ctx) -> None:
 def db_script(dialect: str, queries: bool) -> None:
     """Print the schema DDL (or, with --queries, the statements chokaq runs) as a plain script for a DBA."""
     if queries:
-        from chokaq.storage.queries import render_queries
+        from chokaq.storage import render_queries
 
         try:
             script = render_queries(dialect)
@@ -66,7 +66,7 @@ def db_script(dialect: str, queries: bool) -> None:
             raise click.UsageError("--queries is for postgresql and mssql") from None
         click.echo(script, nl=False)
         return
-    from chokaq.storage.migrations import render_script
+    from chokaq.storage import render_script
 
     click.echo(render_script(dialect), nl=False)
 

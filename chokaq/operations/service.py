@@ -25,7 +25,7 @@ from chokaq.domain.states import FailureReason, Location
 from chokaq.operations.rules import check_zombie_timeout
 from chokaq.runtime.app import ChokaQ
 from chokaq.runtime.events import EventKind
-from chokaq.storage.admin import Actor, AdminStore, BulkResult, JobEdit, JobFilter
+from chokaq.storage import Actor, AdminStore, BulkResult, JobEdit, JobFilter
 
 
 class QueueChanges(TypedDict, total=False):

@@ -2,7 +2,7 @@
 then each failure, retry and reschedule.
 
 An outcome stays held (the worker keeps its job in ``running``, heartbeated) until the database
-has it. A transient error (see ``storage.engine.is_transient``) is retried after ``backoff(n)``,
+has it. A transient error (see ``chokaq.storage.is_transient``) is retried after ``backoff(n)``,
 however long the outage lasts, so the sweep never buries work that is done; a replay that finds
 its own earlier success counts as one (see Storage.complete and friends). A non-transient error
 cannot be helped by retrying: that outcome is abandoned to the sweep and the rest go on.
@@ -13,60 +13,70 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
+from chokaq.domain.backoff import backoff
+from chokaq.domain.models import Lease
+from chokaq.domain.states import FailureReason
 from chokaq.runtime.changes import Changes
-from chokaq.runtime.dbcall import DbCall
 from chokaq.runtime.events import EventBus
-from chokaq.runtime.outage import Outage, backoff
+from chokaq.runtime.outage import Outage
 from chokaq.runtime.outcomes import Outcome
 from chokaq.runtime.stats import Transition, WorkerStats
-from chokaq.storage.engine import is_transient
-from chokaq.storage.store import Completion, Storage
+from chokaq.storage import Completion, is_transient
 from chokaq.telemetry import instruments
 
-if TYPE_CHECKING:
-    from chokaq.storage.loop_driver import LoopDriver
-
-# The worker's logger: these lines were the worker's before the completer had a module of its own.
 log = logging.getLogger("chokaq.worker")
+
+
+class Finishing(Protocol):
+    """Where outcomes are written (the worker's :class:`~chokaq.storage.WorkerStore`)."""
+
+    async def complete(self, done: Sequence[Completion]) -> set[str]: ...
+    async def fail(self, lease: Lease, reason: FailureReason, details: str | None) -> bool: ...
+    async def retry(self, lease: Lease, delay: float) -> bool: ...
+    async def reschedule(self, leases: Sequence[Lease]) -> list[str]: ...
+
+
+class Owner(Protocol):
+    """Who holds the outcomes' jobs until they are written (the
+    :class:`~chokaq.runtime.worker.Worker`)."""
+
+    def recorded(self, finished: list[Outcome]) -> None:
+        """The database has these outcomes: their jobs are no longer held."""
+        ...
+
+    def abandoned(self, finished: list[Outcome]) -> None:
+        """These outcomes are left to the sweep (an error retrying cannot help)."""
+        ...
+
+    def conflict(self, transition: Transition, n: int = 1) -> None:
+        """Count ``n`` moves that found the job no longer ours."""
+        ...
 
 
 class Completer:
     def __init__(
         self,
-        storage: Storage,
-        worker_id: str,
+        store: Finishing,
+        owner: Owner,
         outage: Outage,
         counts: WorkerStats,
         *,
-        db: DbCall,
-        recorded: Callable[[list[Outcome]], None],
-        abandoned: Callable[[list[Outcome]], None],
-        conflict: Callable[[Transition, int], None],
         retry_delay: Callable[[int], float] = backoff,
         retryable: Callable[[BaseException], bool] = is_transient,
         events: EventBus | None = None,
-        driver: Callable[[], LoopDriver | None] = lambda: None,
     ) -> None:
-        """``recorded`` and ``abandoned`` hand outcomes back to the worker once the database has
-        them, or once they are left to the sweep; ``retry_delay(attempt)`` and ``retryable(exc)``
-        are the retry policy. ``events`` is the app's bus that hears of each recorded outcome
-        (``None``: nobody in this process listens). ``driver`` gives the worker's loop driver, if
-        it has one: successes are then recorded on the event loop (see storage/loop_driver.py)."""
-        self.storage = storage
-        self.worker_id = worker_id
+        """``retry_delay(attempt)`` and ``retryable(exc)`` are the retry policy. ``events`` is the
+        app's bus that hears of each recorded outcome (``None``: nobody in this process listens)."""
+        self.store = store
+        self.owner = owner
         self.outage = outage
         self.counts = counts
-        self._db = db
-        self._recorded = recorded
-        self._abandoned = abandoned
-        self._conflict = conflict
         self._retry_delay = retry_delay
         self._retryable = retryable
         self._events = events if events is not None else EventBus()
-        self._driver = driver
         # Outcomes not yet taken for writing: a plain list, handed over whole (cheaper per job
         # than an asyncio.Queue's put and get).
         self._pending: list[Outcome] = []
@@ -91,11 +101,11 @@ class Completer:
             try:
                 if successes:
                     await self._record_successes(successes)
-                    self._recorded(successes)
+                    self.owner.recorded(successes)
                     successes = []
                 while others:
                     await self._record_one(others[0])
-                    self._recorded(others[:1])
+                    self.owner.recorded(others[:1])
                     others.pop(0)
                 self.outage.succeeded()
             except Exception as exc:
@@ -103,7 +113,7 @@ class Completer:
                     # A bug or a refused statement: retrying cannot help. The sweep recovers the job.
                     failed = successes or others[:1]
                     log.exception("finalising %d outcome(s) failed; the sweep will recover them", len(failed))
-                    self._abandoned(failed)
+                    self.owner.abandoned(failed)
                     if successes:
                         successes = []
                     else:
@@ -117,13 +127,7 @@ class Completer:
     async def _record_successes(self, successes: list[Outcome]) -> None:
         ins = instruments()
         completions = [Completion(o.lease, o.duration_ms) for o in successes]
-        driver = self._driver()
-        if driver is not None:
-            done, missing = await self.storage.complete_on_loop(driver, self.worker_id, completions)
-            if missing:
-                done |= await self._db(self.storage.archived_already, missing)
-        else:
-            done = await self._db(self.storage.complete, self.worker_id, completions)
+        done = await self.store.complete(completions)
         archived: Counter[tuple[str, str]] = Counter()
         archived_events: list[dict[str, Any]] = []  # the bus's event data (id, queue, type)
         for o in successes:
@@ -134,30 +138,30 @@ class Completer:
         for (queue, type_), n in archived.items():
             ins.completed.add(n, {"queue": queue, "type": type_})
         self.counts.succeeded += len(done)
-        self._conflict("complete", len(successes) - len(done))
+        self.owner.conflict("complete", len(successes) - len(done))
 
     async def _record_one(self, o: Outcome) -> None:
         ins = instruments()
         attrs = {"queue": o.record.queue, "type": o.record.type}
         if o.kind == "fail":
             assert o.reason is not None
-            ok = await self._db(self.storage.fail, o.lease, o.reason, o.details)
+            ok = await self.store.fail(o.lease, o.reason, o.details)
             if ok:
                 self.counts.failed += 1
                 ins.dlq.add(1, {**attrs, "reason": o.reason.label})
                 self._events.publish("job.failed", id=o.record.id, queue=o.record.queue, reason=o.reason.label)
             else:
-                self._conflict("fail", 1)
+                self.owner.conflict("fail", 1)
         elif o.kind == "retry":
-            ok = await self._db(self.storage.retry, o.lease, o.delay)
+            ok = await self.store.retry(o.lease, o.delay)
             if ok:
                 self.counts.retried += 1
                 ins.retried.add(1, {**attrs, "attempt": o.record.attempt_count})
                 self._events.publish("job.updated", id=o.record.id, queue=o.record.queue, status="Pending")
             else:
-                self._conflict("retry", 1)
+                self.owner.conflict("retry", 1)
         elif o.kind == "reschedule":
-            moved = await self._db(self.storage.reschedule, self.worker_id, [o.lease])
+            moved = await self.store.reschedule([o.lease])
             if not moved:
-                self._conflict("reschedule", 1)
+                self.owner.conflict("reschedule", 1)
         # "drop": the job was taken from us; nothing to write.

@@ -11,45 +11,57 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Protocol
 
 from chokaq.domain.models import Lease
-from chokaq.runtime.handlers import CANCEL_HEARTBEAT, CANCEL_LOST, CancelReason
+from chokaq.runtime.handlers import CANCEL_HEARTBEAT, CANCEL_LOST
 from chokaq.runtime.outage import Outage
 from chokaq.runtime.running import Running
 from chokaq.runtime.stats import Transition
 from chokaq.settings import ExecutionSettings
 from chokaq.telemetry import instruments
 
-# The worker's logger: these lines were the worker's before the heartbeat had a module of its own.
 log = logging.getLogger("chokaq.worker")
 
 
+class LeaseStore(Protocol):
+    """Where the leases are renewed (the worker's :class:`~chokaq.storage.WorkerStore`)."""
+
+    async def heartbeat(self, leases: Sequence[Lease]) -> Collection[str]:
+        """Refresh ``leases``; the ids still ours."""
+        ...
+
+
+class Runs(Protocol):
+    """The worker's side, as the heartbeat sees it (the :class:`~chokaq.runtime.worker.Worker`)."""
+
+    @property
+    def running(self) -> Mapping[str, Running]:
+        """Jobs started and not yet finalised (a live view)."""
+        ...
+
+    @property
+    def executing(self) -> Collection[str]:
+        """Ids of the jobs whose handlers still run (a live view)."""
+        ...
+
+    def unsure_leases(self) -> list[Lease]:
+        """Leases of jobs whose start may have committed unheard (see :meth:`Slots.unsure_leases`):
+        renewed too."""
+        ...
+
+    def conflict(self, transition: Transition, n: int = 1) -> None:
+        """Count ``n`` moves that found the job no longer ours."""
+        ...
+
+
 class Heartbeat:
-    def __init__(
-        self,
-        settings: ExecutionSettings,
-        outage: Outage,
-        *,
-        write: Callable[[Sequence[Lease]], Awaitable[Collection[str]]],
-        running: Mapping[str, Running],
-        executing: Collection[str],
-        cancel: Callable[[Running, CancelReason], None],
-        conflict: Callable[[Transition, int], None],
-        unsure: Callable[[], list[Lease]] = list,
-    ) -> None:
-        """``write`` refreshes the leases and returns the ids still ours; ``running`` and
-        ``executing`` are the worker's live views (jobs not yet finalised; handlers still running);
-        ``unsure`` gives the leases of jobs whose start may have committed unheard (see
-        :meth:`Slots.unsure_leases`), renewed too."""
+    def __init__(self, settings: ExecutionSettings, outage: Outage, *, store: LeaseStore, runs: Runs) -> None:
         self.settings = settings
         self.outage = outage
-        self._write = write
-        self._running = running
-        self._executing = executing
-        self._cancel = cancel
-        self._conflict = conflict
-        self._unsure = unsure
+        self._store = store
+        self._runs = runs
         self.failures = 0  # consecutive failed writes
 
     async def run(self) -> None:
@@ -61,12 +73,12 @@ class Heartbeat:
     async def beat(self) -> None:
         """One tick: refresh every running job's lease."""
         ex = self.settings
-        runs = list(self._running.values())
-        unsure = self._unsure()
+        runs = list(self._runs.running.values())
+        unsure = self._runs.unsure_leases()
         if not runs and not unsure:
             return
         try:
-            alive = await self._write([r.lease for r in runs] + unsure)
+            alive = await self._store.heartbeat([r.lease for r in runs] + unsure)
         except Exception as exc:
             self.outage.failed("heartbeat", exc)
             if not runs:
@@ -82,7 +94,7 @@ class Heartbeat:
                 log.error("heartbeat degraded: %d consecutive write failures (%s)", self.failures, exc)
                 if ex.cancel_on_heartbeat_failure:
                     for r in runs:
-                        self._cancel(r, CANCEL_HEARTBEAT)
+                        r.cancel(CANCEL_HEARTBEAT)
             else:
                 log.warning("heartbeat write failed (%d in a row): %s", self.failures, exc)
             return
@@ -90,8 +102,9 @@ class Heartbeat:
         self.outage.succeeded()
         # Only handlers still running: a finished job's row may be gone because its outcome
         # committed unheard; the finaliser's replay tells that apart from a real loss.
-        lost = [r for r in runs if r.lease.job_id not in alive and r.record.id in self._executing]
+        executing = self._runs.executing
+        lost = [r for r in runs if r.lease.job_id not in alive and r.record.id in executing]
         if lost:
-            self._conflict("heartbeat", len(lost))
+            self._runs.conflict("heartbeat", len(lost))
             for r in lost:
-                self._cancel(r, CANCEL_LOST)
+                r.cancel(CANCEL_LOST)

@@ -1,5 +1,5 @@
 """How a worker rides out an unreachable database: one clock of how long it has been away,
-capped exponential backoff, one log line per retry interval, and the health that `chokaq health`
+one log line per retry interval, and the health that `chokaq health`
 reads (Storage.OutageTolerance, Execution.HealthFile)."""
 
 from __future__ import annotations
@@ -8,23 +8,18 @@ import contextlib
 import json
 import logging
 import os
-import random
 import tempfile
 import time
 from pathlib import Path
 
+# Also importable from here (the retry waits live in chokaq.domain, shared with storage/notify.py).
+from chokaq.domain.backoff import BACKOFF_BASE, BACKOFF_CAP, backoff
+
+__all__ = ["BACKOFF_BASE", "BACKOFF_CAP", "HEALTH_STALE_SECONDS", "Outage", "backoff", "read_health"]
 log = logging.getLogger("chokaq.outage")
 
-BACKOFF_BASE = 0.1
-BACKOFF_CAP = 5.0
 # A health file older than this was left by a worker that is gone or stuck.
 HEALTH_STALE_SECONDS = 60.0
-
-
-def backoff(attempt: int, *, base: float = BACKOFF_BASE, cap: float = BACKOFF_CAP) -> float:
-    """Capped exponential delay before retry ``attempt`` (0-based), with jitter so workers that
-    lost the database together do not all knock at once when it returns."""
-    return float(min(cap, base * 2 ** min(attempt, 30)) * (0.5 + random.random() / 2))
 
 
 class Outage:

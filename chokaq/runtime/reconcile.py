@@ -1,4 +1,4 @@
-"""Settling what lost replies left behind (see Storage.ambiguity).
+"""Settling what lost replies left behind (see Storage.ambiguity and WorkerStore.claim).
 
 Claims and starts are *moves*: ownership changes that a lost reply can hide from the worker. Every
 move runs through :meth:`Reconciler.move`, which notes one that may have committed without our
@@ -16,42 +16,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import TypeVar
 
+from chokaq.domain.backoff import backoff
 from chokaq.domain.models import JobRecord
 from chokaq.domain.states import JobStatus
 from chokaq.runtime.changes import Changes
-from chokaq.runtime.dbcall import DbCall
-from chokaq.runtime.outage import Outage, backoff
+from chokaq.runtime.outage import Outage
 from chokaq.runtime.slots import Slots
-from chokaq.storage.store import Storage
-from chokaq.storage.transactions import Ambiguity
+from chokaq.storage import Move, WorkerStore
 
-# The worker's logger: these lines were the worker's before the reconcile had a module of its own.
 log = logging.getLogger("chokaq.worker")
 T = TypeVar("T")
 
 
 class Reconciler:
-    def __init__(
-        self,
-        storage: Storage,
-        worker_id: str,
-        outage: Outage,
-        slots: Slots,
-        *,
-        db: DbCall,
-        adopted: Callable[[], None],
-    ) -> None:
+    def __init__(self, store: WorkerStore, outage: Outage, slots: Slots, *, adopted: Callable[[], None]) -> None:
         """``adopted`` is called when orphaned Fetched rows join the buffer (activity)."""
-        self.storage = storage
-        self.worker_id = worker_id
+        self.store = store
         self.outage = outage
         self.slots = slots
         self.changes = Changes()  # a move or a reconcile began or ended, or one became due
-        self._db = db
         self._adopted = adopted
         self.since: datetime | None = None  # database clock at the worker's start: older rows are not ours
         self.due = False  # a move may have committed unheard
@@ -71,34 +58,11 @@ class Reconciler:
         """The job's run at ``attempt`` is left to the sweep: never adopt or reschedule it."""
         self._left[job_id] = attempt
 
-    async def move(self, fn: Callable[[], T]) -> T:
-        """Run a claim or a start on a database thread: after any reconcile in progress, noting a
-        lost reply."""
-
-        def tracked() -> T:
-            try:
-                with self.storage.ambiguity() as seen:
-                    return fn()
-            finally:
-                # In the thread: a call whose waiter was cancelled still reports what it left.
-                if seen.ambiguous:
-                    self.due = True
-
+    async def move(self, move: Move[T]) -> T:
+        """Run a claim or a start (see :meth:`WorkerStore.claim`): after any reconcile in progress,
+        noting a lost reply (it calls :meth:`suspect`, from the loop or from its database thread)."""
         async with self._moving():
-            result = await self._db(tracked)
-        self.outage.succeeded()
-        return result
-
-    async def move_on_loop(self, call: Callable[[Ambiguity], Awaitable[T]]) -> T:
-        """:meth:`move` for a call on the event loop (Storage.fetch_on_loop), which says in the
-        Ambiguity it is handed whether it may have committed unheard."""
-        seen = Ambiguity()
-        async with self._moving():
-            try:
-                result = await call(seen)
-            finally:
-                if seen.ambiguous:
-                    self.due = True
+            result = await move(self.suspect)
         self.outage.succeeded()
         return result
 
@@ -141,7 +105,7 @@ class Reconciler:
     async def _settle(self) -> None:
         self.due = False
         stopping = self.slots.stopping
-        rows = await self._db(self.storage.owned, self.worker_id, self.since)
+        rows = await self.store.owned(self.since)
         held = self.slots.held()
         orphans = [r for r in rows if r.id not in held and self._left.get(r.id) != r.attempt_count]
         fetched = [r for r in orphans if r.status == JobStatus.FETCHED]
@@ -159,9 +123,9 @@ class Reconciler:
 
     async def _hand_on(self, fetched: list[JobRecord], processing: list[JobRecord], *, stopping: bool) -> None:
         if fetched and stopping:
-            await self._db(self.storage.release, self.worker_id, [r.lease for r in fetched])
+            await self.store.release([r.lease for r in fetched])
         elif fetched:
             self.slots.add_buffered(fetched)
             self._adopted()
         if processing:
-            await self._db(self.storage.reschedule, self.worker_id, [r.lease for r in processing])
+            await self.store.reschedule([r.lease for r in processing])

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from chokaq.domain.models import JobRecord, Lease
-from chokaq.runtime.handlers import JobContext
+from chokaq.runtime.handlers import CancelReason, JobContext
 
 if TYPE_CHECKING:  # the annotation only: deadlines.py holds Running objects
     from chokaq.runtime.deadlines import Deadline
@@ -24,3 +24,10 @@ class Running:
     thread: Future[object] | None = None  # a plain function's run (its result is not used)
     traced: bool = False
     deadline: Deadline | None = None  # set while its handler runs (see deadlines.py)
+
+    def cancel(self, reason: CancelReason) -> None:
+        """Stop the handler: its context says why (a plain function in a thread checks it, as a
+        thread cannot be killed), and its task is cancelled."""
+        self.ctx.cancel(reason)
+        if self.task is not None and not self.task.done():
+            self.task.cancel()

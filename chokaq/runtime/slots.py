@@ -9,10 +9,11 @@ slow database from piling up Processing rows.
 
 Waiters listen to what can satisfy them: ``slot`` (a slot may be free), ``jobs`` (jobs were
 buffered) and ``room`` (the buffer has room, a claim ended, or a backlog showed: fetchers look
-again). Stopping notifies all three."""
+again). Stopping notifies all three, and ``stopped``, which wakes a :meth:`Slots.sleep`."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -27,6 +28,7 @@ class Slots:
         self.slot = Changes()
         self.jobs = Changes()
         self.room = Changes()
+        self.stopped = Changes()
         self.concurrency = concurrency
         self.prefetch = prefetch
         self.batch = batch
@@ -96,8 +98,15 @@ class Slots:
     # ------------------------------------------------------------------ changes
     def stop(self) -> None:
         self.stopping = True
-        for changes in (self.slot, self.jobs, self.room):
+        for changes in (self.slot, self.jobs, self.room, self.stopped):
             changes.notify()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep, but wake for a stop (a backoff wait)."""
+        if self.stopping:
+            await asyncio.sleep(0)
+            return
+        await self.stopped.until(lambda: self.stopping, timeout=seconds)
 
     @contextlib.contextmanager
     def claiming(self, want: int, *, start: bool) -> Iterator[None]:

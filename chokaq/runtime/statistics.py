@@ -12,23 +12,20 @@ import random
 import time
 from collections.abc import Callable
 
-from chokaq.runtime.dbcall import DbCall
 from chokaq.runtime.outage import Outage
-from chokaq.storage.store import Storage
+from chokaq.storage import WorkerStore
 
 STATISTICS_CHECK_SECONDS = 1.0
 STATISTICS_IDLE_CHECK_SECONDS = 10.0
 
 
-async def refresh_statistics_forever(
-    storage: Storage, outage: Outage, *, db: DbCall, backlog: Callable[[], bool]
-) -> None:
+async def refresh_statistics_forever(store: WorkerStore, outage: Outage, *, backlog: Callable[[], bool]) -> None:
     last = -math.inf
     while True:
         if backlog() or time.monotonic() - last >= STATISTICS_IDLE_CHECK_SECONDS:
             last = time.monotonic()
             try:
-                await db(storage.refresh_statistics)
+                await store.refresh_statistics()
             except Exception as exc:  # an optimisation: never let it stop the worker
                 outage.failed("statistics check", exc)
         await asyncio.sleep(random.uniform(0.8, 1.2) * STATISTICS_CHECK_SECONDS)

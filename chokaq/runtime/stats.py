@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass
 from typing import Literal
+
+from chokaq.telemetry import instruments
+
+log = logging.getLogger("chokaq.worker")
 
 # The moves a conflict can be counted for (WorkerStats.conflicts; the
 # chokaq.state_transition.conflicts metric's ``transition`` attribute).
@@ -21,3 +26,10 @@ class WorkerStats:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+    def conflict(self, transition: Transition, n: int = 1) -> None:
+        """Count ``n`` stale moves of one kind (the metric too, and a warning)."""
+        if n:
+            self.conflicts += n
+            instruments().state_transition_conflicts.add(n, {"transition": transition})
+            log.warning("%d stale %s move(s): this worker no longer owns the job(s)", n, transition)

@@ -10,8 +10,7 @@ from chokaq.domain.models import SweepResult
 from chokaq.runtime.events import EventBus
 from chokaq.runtime.outage import Outage, backoff
 from chokaq.settings import ChokaQSettings
-from chokaq.storage import Storage
-from chokaq.storage.engine import is_transient
+from chokaq.storage import Storage, is_transient
 from chokaq.telemetry import instruments, tracer
 
 log = logging.getLogger("chokaq.sweep")

@@ -1,19 +1,82 @@
-"""The storage adapter: the only package that holds SQL.
+"""The storage adapter: the only package that holds SQL, and its one front door. Code outside
+``chokaq/storage/`` imports from here, never from a module inside it.
 
 One set of SQLAlchemy Core builders renders for SQL Server (``mssql+pyodbc``), PostgreSQL
-(``postgresql+psycopg``) and SQLite. Dialect differences are confined to :mod:`.sqlfuncs`
-(time arithmetic, lock hints), :mod:`.mssql_shapes` (SQL Server's claim and move batches) and
-:mod:`.engine` (connection set-up, transient errors).
+(``postgresql+psycopg``) and SQLite. What each database does differently lives in its profile
+(:mod:`.dialects`), with the time arithmetic and lock hints in :mod:`.sqlfuncs`.
 
 Rooms: :mod:`.statements` builds and caches the statements (no execution); :mod:`.store` is the
 facade everything outside storage/ holds (:class:`Storage`), over :mod:`.transactions` (the
 transaction-and-replay runner, with :mod:`.executor` and :mod:`.executor_sql`: the hot path's
 statements rendered once and run straight on per-thread driver connections), :mod:`.enqueue`,
 :mod:`.claims`, :mod:`.moving` (moves and counters), :mod:`.lost_replies`, :mod:`.queues`,
-:mod:`.wakeups`, :mod:`.statistics` and :mod:`.queue_stats`; :mod:`.admin` holds operator actions,
-:mod:`.history` the Deck's charts, :mod:`.migrations` and :mod:`.schema` the tables.
+:mod:`.wakeups`, :mod:`.recovery` (the sweep) and :mod:`.queue_figures`; :mod:`.worker_store` is
+one worker's way in (:meth:`Storage.for_worker`), :mod:`.notify` its LISTEN; :mod:`.admin` holds
+operator actions, :mod:`.history` the Deck's charts, :mod:`.migrations` and :mod:`.schema` the
+tables.
+
+The operator's and the Deck's names (admin, history, the DBA scripts) load on first use: a worker
+or a CLI command that needs none of them does not import those modules.
 """
 
-from chokaq.storage.store import Storage
+from __future__ import annotations
 
-__all__ = ["Storage"]
+import importlib
+from typing import TYPE_CHECKING
+
+from chokaq.storage.engine import is_transient
+from chokaq.storage.notify import listen
+from chokaq.storage.store import Completion, StartResult, Storage
+from chokaq.storage.transactions import Ambiguity
+from chokaq.storage.worker_store import Move, WorkerStore
+
+if TYPE_CHECKING:
+    from chokaq.storage.admin import AdminStore
+    from chokaq.storage.admin_types import Actor, BulkResult, JobEdit, JobFilter
+    from chokaq.storage.history import WAIT_BASIS, WINDOWS, load_history
+    from chokaq.storage.migrations import render_script
+    from chokaq.storage.queries import render_queries
+
+__all__ = [
+    "WAIT_BASIS",
+    "WINDOWS",
+    "Actor",
+    "AdminStore",
+    "Ambiguity",
+    "BulkResult",
+    "Completion",
+    "JobEdit",
+    "JobFilter",
+    "Move",
+    "StartResult",
+    "Storage",
+    "WorkerStore",
+    "is_transient",
+    "listen",
+    "load_history",
+    "render_queries",
+    "render_script",
+]
+
+# Loaded on first use (see the module's docstring): name -> the module that defines it.
+_LAZY = {
+    "AdminStore": "chokaq.storage.admin",
+    "Actor": "chokaq.storage.admin_types",
+    "BulkResult": "chokaq.storage.admin_types",
+    "JobEdit": "chokaq.storage.admin_types",
+    "JobFilter": "chokaq.storage.admin_types",
+    "WAIT_BASIS": "chokaq.storage.history",
+    "WINDOWS": "chokaq.storage.history",
+    "load_history": "chokaq.storage.history",
+    "render_script": "chokaq.storage.migrations",
+    "render_queries": "chokaq.storage.queries",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

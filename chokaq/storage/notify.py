@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from sqlalchemy.engine import make_url
 
+from chokaq.domain.backoff import backoff
 from chokaq.storage.wakeups import NOTIFY_CHANNEL
 
 log = logging.getLogger("chokaq.notify")
@@ -18,8 +19,6 @@ def listen(url: str, on_notify: Callable[[], None], stop: threading.Event, liste
     the LISTEN connection is up. Reconnects on errors; polling keeps working meanwhile, so a lost
     listener only costs latency."""
     import psycopg  # lazy: the PostgreSQL driver is optional
-
-    from chokaq.runtime.outage import backoff
 
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     failures = 0

@@ -43,6 +43,7 @@ from chokaq.storage.sqlfuncs import utcnow
 from chokaq.storage.statements import FETCHED, PROCESSING, MoveStatements, fence_params
 from chokaq.storage.transactions import Ambiguity, Transactions
 from chokaq.storage.wakeups import Announcer, Wakeups
+from chokaq.storage.worker_store import WorkerStore
 
 log = logging.getLogger("chokaq.storage")
 T = TypeVar("T")
@@ -110,6 +111,10 @@ class Storage:
     def supports_statistics_refresh(self) -> bool:
         """Whether :meth:`refresh_statistics` can ever do anything here: PostgreSQL."""
         return self.profile.statistics
+
+    def for_worker(self, worker_id: str) -> WorkerStore:
+        """The database calls of one worker, with the threads and loop connections it runs them on."""
+        return WorkerStore(self, worker_id)
 
     def loop_driver(self) -> LoopDriver | None:
         """A driver for the calling event loop's claims and completions, once the engine has

@@ -34,8 +34,20 @@ def store(tmp_path: Path) -> Iterator[Storage]:
     s.close()
 
 
-async def to_thread(fn: Any, *args: Any) -> Any:
-    return await asyncio.to_thread(fn, *args)
+class Owner:
+    """The worker's side of the completer (completer.Owner), recording what it is told."""
+
+    def __init__(self, seen: dict[str, Any]) -> None:
+        self.seen = seen
+
+    def recorded(self, finished: list[Outcome]) -> None:
+        self.seen["recorded"].extend(finished)
+
+    def abandoned(self, finished: list[Outcome]) -> None:
+        self.seen["abandoned"].extend(finished)
+
+    def conflict(self, _transition: str, n: int = 1) -> None:
+        self.seen["conflicts"] += n
 
 
 def run(store: Storage, outcome_of: Any, *, fail_first: int, retryable: bool) -> dict[str, Any]:
@@ -53,25 +65,20 @@ def run(store: Storage, outcome_of: Any, *, fail_first: int, retryable: bool) ->
         seen["delays_for"].append(attempt)
         return 0.0
 
-    def conflict(_transition: str, n: int) -> None:
-        seen["conflicts"] += n
-
     counts = WorkerStats()
+    worker_store = store.for_worker("w1")
     completer = Completer(
-        store,
-        "w1",
+        worker_store,
+        Owner(seen),
         Outage(60),
         counts,
-        db=to_thread,
-        recorded=seen["recorded"].extend,
-        abandoned=seen["abandoned"].extend,
-        conflict=conflict,
         retry_delay=delay,
         retryable=lambda exc: retryable and isinstance(exc, Refused),
     )
     store.fault_injector = refuse
     outcome: Outcome = outcome_of(rec)
     asyncio.run(completer.record([outcome]))
+    worker_store.close()
     store.fault_injector = None
     seen["counts"], seen["job"] = counts, store.get_job(rec.id)
     return seen

@@ -133,7 +133,7 @@ def test_a_failed_claim_backs_off_from_the_polling_interval_while_listen_is_up(p
         failed(where, exc, delay)
 
     def inject(op: str) -> None:
-        if op == "fetch" and worker._listening.is_set():
+        if op == "fetch" and worker.fetcher.listening.is_set():
             app.storage.fault_injector = None
             raise OperationalError("injected", {}, RuntimeError("claim failed"))
 
