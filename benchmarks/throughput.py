@@ -250,15 +250,18 @@ class StatementCounter:
         return self
 
     def _attach_loop_driver(self) -> None:
-        """PostgreSQL's claims and completions on the worker's loop (storage/loop_driver.py) pass
+        """PostgreSQL's claims and completions on the worker's loop (storage/loop_transport.py) pass
         the threads' executor by: count them at the driver's one execute call, as autocommit
         statements. A checkout from before the loop driver (--baseline) has none."""
         try:
-            from chokaq.storage.loop_driver import LoopDriver
+            from chokaq.storage.loop_transport import LoopTransport as loop_class
         except ImportError:
-            return
+            try:  # a checkout from before the rename (--baseline)
+                from chokaq.storage.loop_driver import LoopDriver as loop_class
+            except ImportError:
+                return
         counter = self
-        execute = LoopDriver._execute
+        execute = loop_class._execute
 
         async def counted(driver: Any, conn: Any, stmt: Any, params: Any, **kw: Any) -> Any:
             if not counter.active:
@@ -274,8 +277,8 @@ class StatementCounter:
                 counter.rows_by_kind[kind] += len(rows)
             return rows
 
-        LoopDriver._execute = counted  # type: ignore[method-assign]
-        self._loop_driver = (LoopDriver, execute)
+        loop_class._execute = counted  # type: ignore[method-assign]
+        self._loop_driver = (loop_class, execute)
 
     def detach(self) -> None:
         from sqlalchemy import event

@@ -23,7 +23,7 @@ from chokaq.runtime.changes import Changes
 from chokaq.runtime.events import EventBus
 from chokaq.runtime.outage import Outage
 from chokaq.runtime.outcomes import Outcome
-from chokaq.runtime.stats import Transition, WorkerStats
+from chokaq.runtime.worker_stats import Transition, WorkerStats
 from chokaq.storage import Completion, is_transient
 from chokaq.telemetry import instruments
 

@@ -20,7 +20,7 @@ from chokaq.runtime.changes import Changes
 from chokaq.runtime.outage import Outage
 from chokaq.runtime.reconcile import Reconciler
 from chokaq.runtime.slots import Slots
-from chokaq.runtime.stats import WorkerStats
+from chokaq.runtime.worker_stats import WorkerStats
 from chokaq.settings import StorageSettings
 from chokaq.storage import WorkerStore
 
@@ -116,14 +116,14 @@ class Fetcher:
         """One claim; None if it failed (after the backoff wait)."""
         try:
             with self.slots.claiming(want, start=start_now):
-                move = self.store.claim(
+                take = self.store.claim(
                     want,
                     self.queues,
                     start=start_now,
                     zombie_retry_types=self.zombie_retry_types,
                     skip=list(self.slots.running),
                 )
-                jobs = await self.reconciler.move(move)
+                jobs = await self.reconciler.take(take)
         except Exception as exc:
             # From the busy interval even while LISTEN is up: the idle one (seconds) would stall
             # the worker after one failed claim, though the failure says nothing about new jobs.

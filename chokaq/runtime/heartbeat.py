@@ -18,7 +18,7 @@ from chokaq.domain.models import Lease
 from chokaq.runtime.handlers import CANCEL_HEARTBEAT, CANCEL_LOST
 from chokaq.runtime.outage import Outage
 from chokaq.runtime.running import Running
-from chokaq.runtime.stats import Transition
+from chokaq.runtime.worker_stats import Transition
 from chokaq.settings import ExecutionSettings
 from chokaq.telemetry import instruments
 

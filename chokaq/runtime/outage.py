@@ -12,10 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# Also importable from here (the retry waits live in chokaq.domain, shared with storage/notify.py).
-from chokaq.domain.backoff import BACKOFF_BASE, BACKOFF_CAP, backoff
-
-__all__ = ["BACKOFF_BASE", "BACKOFF_CAP", "HEALTH_STALE_SECONDS", "Outage", "backoff", "read_health"]
+__all__ = ["HEALTH_STALE_SECONDS", "Outage", "read_health"]
 log = logging.getLogger("chokaq.outage")
 
 # A health file older than this was left by a worker that is gone or stuck.

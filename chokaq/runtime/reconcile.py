@@ -1,14 +1,14 @@
 """Settling what lost replies left behind (see Storage.ambiguity and WorkerStore.claim).
 
-Claims and starts are *moves*: ownership changes that a lost reply can hide from the worker. Every
-move runs through :meth:`Reconciler.move`, which notes one that may have committed without our
+Claims and starts are *takes*: ownership changes that a lost reply can hide from the worker. Every
+take runs through :meth:`Reconciler.take`, which notes one that may have committed without our
 hearing. Before its next claim the worker then reconciles: it finds the rows that carry its id but
 that it does not hold, and settles them, so none is left to become a zombie. A Fetched one joins
 the prefetch buffer (it is ours to start). A Processing one never ran here (every job the worker
 started stays held until its outcome is recorded): it goes back to Pending with its attempt given
 back, as if it had never been claimed.
 
-New moves wait while a reconcile runs, and the ones in flight are let finish first: a row their
+New takes wait while a reconcile runs, and the ones in flight are let finish first: a row their
 replies are about to hand us must not be taken for an orphan."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from chokaq.domain.states import JobStatus
 from chokaq.runtime.changes import Changes
 from chokaq.runtime.outage import Outage
 from chokaq.runtime.slots import Slots
-from chokaq.storage import Move, WorkerStore
+from chokaq.storage import Take, WorkerStore
 
 log = logging.getLogger("chokaq.worker")
 T = TypeVar("T")
@@ -38,11 +38,11 @@ class Reconciler:
         self.store = store
         self.outage = outage
         self.slots = slots
-        self.changes = Changes()  # a move or a reconcile began or ended, or one became due
+        self.changes = Changes()  # a take or a reconcile began or ended, or one became due
         self._adopted = adopted
         self.since: datetime | None = None  # database clock at the worker's start: older rows are not ours
-        self.due = False  # a move may have committed unheard
-        self._moves = 0  # moves in flight
+        self.due = False  # a take may have committed unheard
+        self._takes = 0  # takes in flight
         self._running = False
         # Jobs this worker started and whose fate it leaves to the sweep (a handler thread that
         # would not stop, an outcome it could not write): a reconcile must never hand them on.
@@ -50,7 +50,7 @@ class Reconciler:
         self._left: dict[str, int] = {}
 
     def suspect(self) -> None:
-        """Reconcile before the next claim, as after a move whose reply may have been lost. A plain
+        """Reconcile before the next claim, as after a take whose reply may have been lost. A plain
         flag (safe from any thread): the fetchers see it at their next turn."""
         self.due = True
 
@@ -58,23 +58,23 @@ class Reconciler:
         """The job's run at ``attempt`` is left to the sweep: never adopt or reschedule it."""
         self._left[job_id] = attempt
 
-    async def move(self, move: Move[T]) -> T:
+    async def take(self, take: Take[T]) -> T:
         """Run a claim or a start (see :meth:`WorkerStore.claim`): after any reconcile in progress,
         noting a lost reply (it calls :meth:`suspect`, from the loop or from its database thread)."""
-        async with self._moving():
-            result = await move(self.suspect)
+        async with self._taking():
+            result = await take(self.suspect)
         self.outage.succeeded()
         return result
 
     @contextlib.asynccontextmanager
-    async def _moving(self) -> AsyncIterator[None]:
+    async def _taking(self) -> AsyncIterator[None]:
         await self.changes.until(lambda: not self._running)
-        self._moves += 1
+        self._takes += 1
         try:
             yield
         finally:
-            self._moves -= 1
-            if not self._moves or self.due:
+            self._takes -= 1
+            if not self._takes or self.due:
                 self.changes.notify()
 
     async def reconcile(self) -> None:
@@ -82,10 +82,10 @@ class Reconciler:
             await self.changes.until(lambda: not self._running)  # the other fetcher's covers this one
             return
         self._running = True
-        self.changes.notify()  # new moves wait from here
+        self.changes.notify()  # new takes wait from here
         attempt = 0
         try:
-            await self.changes.until(lambda: not self._moves)
+            await self.changes.until(lambda: not self._takes)
             while True:
                 try:
                     await self._settle()

@@ -12,7 +12,7 @@ from chokaq.runtime.handlers import CANCEL_SHUTDOWN
 from chokaq.runtime.outage import Outage
 from chokaq.runtime.reconcile import Reconciler
 from chokaq.runtime.slots import Slots
-from chokaq.runtime.stats import WorkerStats
+from chokaq.runtime.worker_stats import WorkerStats
 from chokaq.storage import WorkerStore
 
 log = logging.getLogger("chokaq.worker")

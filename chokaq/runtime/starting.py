@@ -20,7 +20,7 @@ from chokaq.runtime.outage import Outage
 from chokaq.runtime.reconcile import Reconciler
 from chokaq.runtime.running import Running
 from chokaq.runtime.slots import Slots
-from chokaq.runtime.stats import WorkerStats
+from chokaq.runtime.worker_stats import WorkerStats
 from chokaq.settings import StorageSettings
 from chokaq.storage import WorkerStore
 from chokaq.telemetry import instruments, tracing_active
@@ -67,7 +67,7 @@ class Starter:
     async def _start_batch(self, batch: list[JobRecord]) -> None:
         self.slots.starting(batch)
         try:
-            result = await self.reconciler.move(self.store.start(batch, self.zombie_retry_types))
+            result = await self.reconciler.take(self.store.start(batch, self.zombie_retry_types))
             self._failures = 0
         except Exception as exc:
             # Back to the buffer: a start that committed unheard is found by the next one, and

@@ -6,9 +6,10 @@ import logging
 import threading
 import time
 
+from chokaq.domain.backoff import backoff
 from chokaq.domain.models import SweepResult
 from chokaq.runtime.events import EventBus
-from chokaq.runtime.outage import Outage, backoff
+from chokaq.runtime.outage import Outage
 from chokaq.settings import ChokaQSettings
 from chokaq.storage import Storage, is_transient
 from chokaq.telemetry import instruments, tracer

@@ -40,14 +40,14 @@ from chokaq.runtime.heartbeat import Heartbeat
 from chokaq.runtime.loops import loop_factory
 from chokaq.runtime.outage import Outage
 from chokaq.runtime.outcomes import Outcome
+from chokaq.runtime.planner_statistics import refresh_statistics_forever
 from chokaq.runtime.reconcile import Reconciler
 from chokaq.runtime.running import Running
 from chokaq.runtime.shutdown import drain
 from chokaq.runtime.slots import Slots
 from chokaq.runtime.starting import Starter
-from chokaq.runtime.statistics import refresh_statistics_forever
-from chokaq.runtime.stats import Transition, WorkerStats
 from chokaq.runtime.supervisor import HelperDied, Supervisor
+from chokaq.runtime.worker_stats import Transition, WorkerStats
 from chokaq.storage import is_transient, listen
 from chokaq.telemetry import instruments
 

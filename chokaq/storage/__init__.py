@@ -11,7 +11,7 @@ transaction-and-replay runner, with :mod:`.executor` and :mod:`.executor_sql`: t
 statements rendered once and run straight on per-thread driver connections), :mod:`.enqueue`,
 :mod:`.claims`, :mod:`.moving` (moves and counters), :mod:`.lost_replies`, :mod:`.queues`,
 :mod:`.wakeups`, :mod:`.recovery` (the sweep) and :mod:`.queue_figures`; :mod:`.worker_store` is
-one worker's way in (:meth:`Storage.for_worker`), :mod:`.notify` its LISTEN; :mod:`.admin` holds
+one worker's way in (:meth:`Storage.for_worker`), :mod:`.dialects.postgres_listen` its LISTEN; :mod:`.admin` holds
 operator actions, :mod:`.history` the Deck's charts, :mod:`.migrations` and :mod:`.schema` the
 tables.
 
@@ -24,11 +24,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from chokaq.storage.dialects.postgres_listen import listen
 from chokaq.storage.engine import is_transient
-from chokaq.storage.notify import listen
 from chokaq.storage.store import Completion, StartResult, Storage
 from chokaq.storage.transactions import Ambiguity
-from chokaq.storage.worker_store import Move, WorkerStore
+from chokaq.storage.worker_store import Take, WorkerStore
 
 if TYPE_CHECKING:
     from chokaq.storage.admin import AdminStore
@@ -47,9 +47,9 @@ __all__ = [
     "Completion",
     "JobEdit",
     "JobFilter",
-    "Move",
     "StartResult",
     "Storage",
+    "Take",
     "WorkerStore",
     "is_transient",
     "listen",

@@ -15,7 +15,7 @@ from chokaq.domain.models import JobRecord
 from chokaq.storage import statements as st
 from chokaq.storage.dialects import Profile, profile_of
 from chokaq.storage.dialects.sqlserver_shapes import CteUpdate
-from chokaq.storage.loop_driver import LoopDriver
+from chokaq.storage.loop_transport import LoopTransport
 from chokaq.storage.queues import QueueCache
 from chokaq.storage.records import hot_record, hot_record_from_values
 from chokaq.storage.schema import jobs_hot, queues
@@ -137,7 +137,7 @@ class Claimer:
 
     async def fetch_on_loop(
         self,
-        driver: LoopDriver,
+        transport: LoopTransport,
         worker_id: str,
         limit: int,
         queue_names: Sequence[str] | None,
@@ -149,7 +149,7 @@ class Claimer:
         query = claim_query(self.tx.profile, worker_id, limit, queue_names, limited=False, options=opts)
         if query is None:
             return []
-        rows = await driver.run(*query, op="fetch", seen=seen, prepare=self.prepare())
+        rows = await transport.run(*query, op="fetch", seen=seen, prepare=self.prepare())
         return in_claim_order([hot_record_from_values(r) for r in rows])
 
 

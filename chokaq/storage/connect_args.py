@@ -1,4 +1,4 @@
-"""What the engine last connected with, for a :class:`~chokaq.storage.loop_driver.LoopDriver`
+"""What the engine last connected with, for a :class:`~chokaq.storage.loop_transport.LoopTransport`
 that must connect exactly as the engine does, and why it may not (a hook of someone else's)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from sqlalchemy import Engine, event
 
 class ConnectArgs:
     """What the engine last connected with: the driver's arguments as SQLAlchemy hands them over
-    (its URL and ``connect_args``, through the ``do_connect`` event), so a :class:`LoopDriver`
+    (its URL and ``connect_args``, through the ``do_connect`` event), so a :class:`LoopTransport`
     connects exactly as the engine does. Kept in memory only: it holds the password.
 
     Only for an engine chokaq built (``own``) whose connections are set up by their arguments

@@ -1,5 +1,5 @@
 """The replay loop: a call replayed whole on transient errors, and the lost-reply rule, written once
-for both transports (database threads: transactions.py; the worker's event loop: loop_driver.py).
+for both transports (database threads: transactions.py; the worker's event loop: loop_transport.py).
 
 A call is attempted up to ``transient_retries`` + 1 times. Before each attempt the test hook
 ``fault_injector`` is called with the operation name; a driver error from the hook or the attempt is

@@ -32,7 +32,7 @@ from chokaq.storage.dialects.postgres_statistics import STATISTICS_MIN_AGE, Stat
 from chokaq.storage.engine import build_engine
 from chokaq.storage.enqueue import Enqueuer, new_job_id
 from chokaq.storage.lookup import get_job_statement, record_from_union
-from chokaq.storage.loop_driver import ConnectArgs, LoopDriver, loop_supported
+from chokaq.storage.loop_transport import ConnectArgs, LoopTransport, loop_supported
 from chokaq.storage.lost_replies import LostReplies
 from chokaq.storage.moving import bump_stats
 from chokaq.storage.queue_figures import read_queue_stats
@@ -97,14 +97,14 @@ class Storage:
         self._statistics = StatisticsCheck(self.tx)
         self._enqueuer = Enqueuer(self.tx, self.queue_cache, self.wakeups)
         self._claimer = Claimer(self.tx, self.queue_cache, prepare=lambda: self._statistics.keeps_plans_current)
-        # What the engine connects with, for a worker's LoopDriver (PostgreSQL only).
-        self._connect_args = ConnectArgs(self.engine, own=engine is None) if self.profile.loop_driver else None
+        # What the engine connects with, for a worker's LoopTransport (PostgreSQL only).
+        self._connect_args = ConnectArgs(self.engine, own=engine is None) if self.profile.loop_transport else None
         self._loop_refusals: set[str] = set()  # reasons already logged
 
     # What this database offers the worker, asked by name rather than by dialect outside storage/.
     @property
     def supports_notify(self) -> bool:
-        """LISTEN/NOTIFY wake-ups (see storage/notify.py): PostgreSQL."""
+        """LISTEN/NOTIFY wake-ups (see dialects/postgres_listen.py): PostgreSQL."""
         return self.profile.listen_notify
 
     @property
@@ -116,8 +116,8 @@ class Storage:
         """The database calls of one worker, with the threads and loop connections it runs them on."""
         return WorkerStore(self, worker_id)
 
-    def loop_driver(self) -> LoopDriver | None:
-        """A driver for the calling event loop's claims and completions, once the engine has
+    def loop_transport(self) -> LoopTransport | None:
+        """A transport for the calling event loop's claims and completions, once the engine has
         connected (it connects as the engine did); None before that, on other databases, and
         where it cannot connect as the engine does (logged once). Never blocks. The caller
         closes it before its loop ends."""
@@ -130,7 +130,7 @@ class Storage:
                 log.info("claims and completions run on database threads, not on the worker's loop: %s", why)
             return None
         args = self._connect_args.seen
-        return LoopDriver(self.tx, args) if args is not None else None
+        return LoopTransport(self.tx, args) if args is not None else None
 
     # ------------------------------------------------------------------ transactions
     @property
@@ -239,7 +239,7 @@ class Storage:
 
     async def fetch_on_loop(
         self,
-        driver: LoopDriver,
+        transport: LoopTransport,
         worker_id: str,
         limit: int,
         queue_names: Sequence[str] | None = None,
@@ -249,10 +249,10 @@ class Storage:
         zombie_retry_types: Collection[str] = (),
         skip: Collection[str] = (),
     ) -> list[JobRecord]:
-        """:meth:`fetch` on the event loop of ``driver``, where :meth:`fetches_on_loop` says it can.
+        """:meth:`fetch` on the event loop of ``transport``, where :meth:`fetches_on_loop` says it can.
         ``seen.ambiguous``: the claim may have committed behind a lost reply."""
         options = ClaimOptions(start, tuple(zombie_retry_types), tuple(skip))
-        return await self._claimer.fetch_on_loop(driver, worker_id, limit, queue_names, options, seen)
+        return await self._claimer.fetch_on_loop(transport, worker_id, limit, queue_names, options, seen)
 
     def start(self, worker_id: str, jobs: Sequence[JobRecord], zombie_retry_types: Collection[str] = ()) -> StartResult:
         """Fetched -> Processing for jobs this worker fetched: the last ownership check before user
@@ -350,16 +350,16 @@ class Storage:
         return moved | self.archived_already(missing) if missing else moved
 
     async def complete_on_loop(
-        self, driver: LoopDriver, worker_id: str, done: Sequence[Completion]
+        self, transport: LoopTransport, worker_id: str, done: Sequence[Completion]
     ) -> tuple[set[str], list[Lease]]:
-        """:meth:`complete` on the event loop of ``driver`` (PostgreSQL's one statement): the ids
+        """:meth:`complete` on the event loop of ``transport`` (PostgreSQL's one statement): the ids
         moved, and the leases it did not move. A replay after a lost reply finds its own earlier
         success gone from JobsHot: the caller asks :meth:`archived_already` about those (rare,
         and a read, so on a database thread)."""
         if not done:
             return set(), []
         move, params = self._completion(worker_id, done)
-        rows = await driver.run(move.single, params, op="complete", seen=Ambiguity(), finish=True)
+        rows = await transport.run(move.single, params, op="complete", seen=Ambiguity(), finish=True)
         moved = {r[0] for r in rows}
         return moved, [d.lease for d in done if d.lease.job_id not in moved]
 

@@ -66,7 +66,7 @@ class ThreadLinks:
 
     @property
     def invalidated_at(self) -> float:
-        """When a connection last broke, here or on a worker's loop (loop_driver.py)."""
+        """When a connection last broke, here or on a worker's loop (loop_transport.py)."""
         return self._invalidated_at
 
     def disconnected(self) -> None:

@@ -1,7 +1,7 @@
 """Calls on database threads: transaction functions on the engine's connections, and the hot path's
 single statements straight through the driver (executor.py), each replayed whole on transient
 errors by the replay loop (replay.py) with the thread's lost-reply bookkeeping (thread_replays.py).
-The worker's event loop has its own transport for the same loop (loop_driver.py)."""
+The worker's event loop has its own transport for the same loop (loop_transport.py)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class Transactions:
         # autocommit twin, already in autocommit.
         translate = engine.get_execution_options().get("schema_translate_map")
         self.executor = Executor(self.autocommit or engine, translate)
-        # The replay policy, shared with the worker's loop driver (loop_driver.py).
+        # The replay policy, shared with the worker's loop driver (loop_transport.py).
         self.replays = ReplayPolicy(settings, self.dialect)
         self._threads = ThreadReplays(self.replays)
 

@@ -1,5 +1,6 @@
 """Wake-ups for workers when new Pending work is committed: in this process (listeners and
-announcers) and, where the database can deliver them, in others (PostgreSQL's NOTIFY; see notify.py).
+announcers) and, where the database can deliver them, in others (PostgreSQL's NOTIFY, heard by
+dialects/postgres_listen.py).
 
 Separate from the app's event bus (``ChokaQ.bus``) on purpose: the bus carries operator events (what happened, for
 people and the Deck), and may be slow or absent. A wake-up is only a hint to local workers to look

@@ -1,14 +1,14 @@
 """One worker's way to the database: :meth:`Storage.for_worker` gives it a :class:`WorkerStore`.
 
 It owns the worker's connections and threads: the database threads every blocking call runs on,
-and, on PostgreSQL, the driver that runs claims and completions on the worker's event loop
-(:mod:`.loop_driver`), opened by :meth:`WorkerStore.on_loop` once the database has answered and
-closed as the worker stops. Each call below chooses its way itself: the loop where the driver can
+and, on PostgreSQL, the transport that runs claims and completions on the worker's event loop
+(:mod:`.loop_transport`), opened by :meth:`WorkerStore.on_loop` once the database has answered and
+closed as the worker stops. Each call below chooses its way itself: the loop where the transport can
 take it, else a database thread, with the same statements and lost-reply handling either way.
 
-Claims and starts are moves whose reply may be lost: :meth:`WorkerStore.claim` and
-:meth:`WorkerStore.start` return a :data:`Move`, run by the worker's reconciler, which hands it
-the callback ``unheard`` to call when the move may have committed without the worker hearing it.
+Claims and starts take jobs, and their reply may be lost: :meth:`WorkerStore.claim` and
+:meth:`WorkerStore.start` return a :data:`Take`, run by the worker's reconciler, which hands it
+the callback ``unheard`` to call when the take may have committed without the worker hearing it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from chokaq.domain.states import FailureReason
 from chokaq.storage.transactions import Ambiguity
 
 if TYPE_CHECKING:
-    from chokaq.storage.loop_driver import LoopDriver
+    from chokaq.storage.loop_transport import LoopTransport
     from chokaq.storage.store import Completion, StartResult, Storage
 
 P = ParamSpec("P")
@@ -34,7 +34,7 @@ T = TypeVar("T")
 
 # A claim or a start, decided and ready to send: awaited with ``unheard``, called (on the loop or
 # on a database thread) when it may have committed behind a lost reply.
-Move = Callable[[Callable[[], None]], Awaitable[T]]
+Take = Callable[[Callable[[], None]], Awaitable[T]]
 
 
 class WorkerStore:
@@ -46,7 +46,7 @@ class WorkerStore:
         # Enough threads that a heartbeat or an outcome never queues behind fetches and starts
         # stuck on a hung connection (until its timeout ends it).
         self._threads = ThreadPoolExecutor(max_workers=6, thread_name_prefix="chokaq-db")
-        self._driver: LoopDriver | None = None
+        self._loop: LoopTransport | None = None
 
     async def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking call on the worker's database threads."""
@@ -59,19 +59,19 @@ class WorkerStore:
 
     @contextlib.asynccontextmanager
     async def on_loop(self) -> AsyncIterator[None]:
-        """Claims and completions on the running event loop, where the storage has a driver for it
-        (see :meth:`Storage.loop_driver`), for the duration of the block. Entered after the
-        start-up ping, which has connected the engine (the driver connects as it did); closed once
+        """Claims and completions on the running event loop, where the storage has a transport for it
+        (see :meth:`Storage.loop_transport`), for the duration of the block. Entered after the
+        start-up ping, which has connected the engine (the transport connects as it did); closed once
         the outcomes are written."""
-        self._driver = self.storage.loop_driver()
+        self._loop = self.storage.loop_transport()
         try:
             yield
         finally:
-            driver, self._driver = self._driver, None
-            if driver is not None:
-                await driver.close()
+            transport, self._loop = self._loop, None
+            if transport is not None:
+                await transport.close()
 
-    # ------------------------------------------------------------------ moves
+    # ------------------------------------------------------------------ takes
     def claim(
         self,
         want: int,
@@ -80,18 +80,18 @@ class WorkerStore:
         start: bool,
         zombie_retry_types: Collection[str],
         skip: Collection[str],
-    ) -> Move[list[JobRecord]]:
+    ) -> Take[list[JobRecord]]:
         """A claim of up to ``want`` jobs (see :meth:`Storage.fetch`), on the loop where the storage
         can claim there now (:meth:`Storage.fetches_on_loop`), else on a database thread."""
-        driver = self._driver
-        if driver is not None and self.storage.fetches_on_loop(queues):
+        transport = self._loop
+        if transport is not None and self.storage.fetches_on_loop(queues):
             fetch_on_loop = self.storage.fetch_on_loop
 
             async def on_loop(unheard: Callable[[], None]) -> list[JobRecord]:
                 seen = Ambiguity()
                 try:
                     return await fetch_on_loop(
-                        driver,
+                        transport,
                         self.worker_id,
                         want,
                         queues,
@@ -116,11 +116,11 @@ class WorkerStore:
         )
         return self._on_thread(fetch)
 
-    def start(self, jobs: Sequence[JobRecord], zombie_retry_types: Collection[str]) -> Move[StartResult]:
+    def start(self, jobs: Sequence[JobRecord], zombie_retry_types: Collection[str]) -> Take[StartResult]:
         """Fetched -> Processing for ``jobs`` (see :meth:`Storage.start`), on a database thread."""
         return self._on_thread(functools.partial(self.storage.start, self.worker_id, jobs, zombie_retry_types))
 
-    def _on_thread(self, fn: Callable[[], T]) -> Move[T]:
+    def _on_thread(self, fn: Callable[[], T]) -> Take[T]:
         ambiguity = self.storage.ambiguity
 
         def tracked(unheard: Callable[[], None]) -> T:
@@ -147,10 +147,10 @@ class WorkerStore:
         """Successes archived, as :meth:`Storage.complete`: on the loop where the worker has a
         driver (the ids it did not move are then looked up on a database thread: a replay after a
         lost reply finds its own earlier success gone from JobsHot)."""
-        driver = self._driver
-        if driver is None:
+        transport = self._loop
+        if transport is None:
             return await self.call(self.storage.complete, self.worker_id, done)
-        moved, missing = await self.storage.complete_on_loop(driver, self.worker_id, done)
+        moved, missing = await self.storage.complete_on_loop(transport, self.worker_id, done)
         if missing:
             moved |= await self.call(self.storage.archived_already, missing)
         return moved

@@ -17,7 +17,7 @@ from chokaq.runtime import outcomes
 from chokaq.runtime.completer import Completer
 from chokaq.runtime.outage import Outage
 from chokaq.runtime.outcomes import Outcome
-from chokaq.runtime.stats import WorkerStats
+from chokaq.runtime.worker_stats import WorkerStats
 from chokaq.settings import StorageSettings
 from chokaq.storage.store import Storage
 

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from chokaq import ChokaQ
-from chokaq.runtime.stats import WorkerStats
+from chokaq.runtime.worker_stats import WorkerStats
 from tests.integration.test_worker import make_app
 
 

@@ -12,7 +12,7 @@ from chokaq.domain.models import Lease
 from chokaq.runtime.heartbeat import Heartbeat
 from chokaq.runtime.outage import Outage
 from chokaq.runtime.running import Running
-from chokaq.runtime.stats import Transition
+from chokaq.runtime.worker_stats import Transition
 from chokaq.settings import ExecutionSettings
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from chokaq.runtime.outage import HEALTH_STALE_SECONDS, Outage, backoff, read_health
+from chokaq.domain.backoff import backoff
+from chokaq.runtime.outage import HEALTH_STALE_SECONDS, Outage, read_health
 
 
 def test_backoff_grows_and_is_capped() -> None:

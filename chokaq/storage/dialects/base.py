@@ -36,7 +36,7 @@ class Profile:
     #: Planner statistics chokaq keeps current itself (Storage.refresh_statistics).
     statistics: ClassVar[bool] = False
     #: An asynchronous driver for the worker's claims and completions on its event loop.
-    loop_driver: ClassVar[bool] = False
+    loop_transport: ClassVar[bool] = False
     #: A list parameter binds as a native array (else as one JSON text).
     list_arrays: ClassVar[bool] = False
     #: Tables live in chokaq's schema (SQLite has none: the schema is translated away).

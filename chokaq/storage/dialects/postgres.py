@@ -2,8 +2,8 @@
 
 - Connections: libpq timeouts and keepalives in the connect arguments, a server-side statement
   timeout in the start-up packet; the worker's claims and completions may run on its event loop
-  through psycopg's ``AsyncConnection`` (loop_driver.py).
-- Wake-ups: NOTIFY inside the enqueuing transaction, delivered at commit; LISTEN in notify.py.
+  through psycopg's ``AsyncConnection`` (loop_transport.py).
+- Wake-ups: NOTIFY inside the enqueuing transaction, delivered at commit; LISTEN in postgres_listen.py.
 - Statements: list parameters bind as arrays; a finishing move is one statement (data-modifying
   CTEs) that bumps its own counter; the planner's statistics are kept current (statistics.py).
 - Errors worth a replay: serialisation failures, deadlocks, connection and admin-shutdown classes,
@@ -72,7 +72,7 @@ class PostgresProfile(Profile):
     extra = "postgres"
     listen_notify = True
     statistics = True
-    loop_driver = True
+    loop_transport = True
     list_arrays = True
     moves_alone = True
     fetch_returning = True

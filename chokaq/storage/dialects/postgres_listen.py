@@ -9,7 +9,7 @@ from collections.abc import Callable
 from sqlalchemy.engine import make_url
 
 from chokaq.domain.backoff import backoff
-from chokaq.storage.wakeups import NOTIFY_CHANNEL
+from chokaq.storage.dialects.postgres import NOTIFY_CHANNEL
 
 log = logging.getLogger("chokaq.notify")
 

@@ -1,4 +1,4 @@
-"""PostgreSQL: the worker's claims and completions on its event loop (storage/loop_driver.py). Same
+"""PostgreSQL: the worker's claims and completions on its event loop (storage/loop_transport.py). Same
 connection parameters, statements and outcomes as on the database threads; lost replies, cut
 connections and refused statements handled as there."""
 
@@ -18,7 +18,7 @@ from chokaq.domain.states import JobStatus
 from chokaq.runtime.handlers import JobContext
 from chokaq.settings import StorageSettings
 from chokaq.storage import Storage
-from chokaq.storage.loop_driver import LoopDriver
+from chokaq.storage.loop_transport import LoopTransport
 from chokaq.storage.schema import jobs_archive, jobs_hot, stats_summary
 from chokaq.storage.store import Completion
 from chokaq.storage.transactions import Ambiguity
@@ -38,11 +38,11 @@ def direct(pg_url: str) -> Iterator[Storage]:
     s.close()
 
 
-def on_loop(s: Storage, use: Callable[[LoopDriver], Awaitable[T]]) -> T:
+def on_loop(s: Storage, use: Callable[[LoopTransport], Awaitable[T]]) -> T:
     """``use`` a loop driver of ``s`` on a loop of its own, closed afterwards."""
 
     async def go() -> T:
-        driver = s.loop_driver()
+        driver = s.loop_transport()
         assert driver is not None
         try:
             return await use(driver)
@@ -58,20 +58,20 @@ def through(proxy: FaultProxy, pg_url: str) -> Storage:
     return s
 
 
-def test_the_loop_driver_connects_as_the_engine_does(pg_url: str, direct: Storage) -> None:
+def test_the_loop_transport_connects_as_the_engine_does(pg_url: str, direct: Storage) -> None:
     s = Storage(pg_url, settings=StorageSettings(statement_timeout=7))
-    assert s.loop_driver() is None  # the engine has not connected yet: its arguments are unknown
+    assert s.loop_transport() is None  # the engine has not connected yet: its arguments are unknown
     s.ping()
     setting = select(func.current_setting("statement_timeout"))
 
-    async def read(driver: LoopDriver) -> Any:
+    async def read(driver: LoopTransport) -> Any:
         return await driver.run(setting, {}, op="read", seen=Ambiguity())
 
     # The statement timeout rides in the engine's connect arguments (postgresql_connect_args).
     assert on_loop(s, read) == [("7s",)]
     s.close()
     lite = Storage("sqlite:///:memory:")
-    assert lite.loop_driver() is None  # no asynchronous driver there
+    assert lite.loop_transport() is None  # no asynchronous driver there
     lite.close()
 
 
@@ -81,7 +81,7 @@ def test_a_claim_and_a_completion_on_the_loop_do_what_they_do_on_the_threads(dir
     direct.fetch("w0", 0)  # reads it
     assert direct.fetches_on_loop()
 
-    async def claim_and_complete(driver: LoopDriver) -> tuple[list[Any], set[str], list[Any]]:
+    async def claim_and_complete(driver: LoopTransport) -> tuple[list[Any], set[str], list[Any]]:
         seen = Ambiguity()
         jobs = await direct.fetch_on_loop(driver, "w1", 5, seen=seen, start=True)
         assert not seen.ambiguous
@@ -107,7 +107,7 @@ def test_a_claim_on_the_loop_whose_reply_is_lost_is_ambiguous(pg_url: str, direc
     ids = direct.enqueue_many([EnqueueRequest(type="t") for _ in range(2)])
     seen = Ambiguity()
 
-    async def claim(driver: LoopDriver) -> list[Any]:
+    async def claim(driver: LoopTransport) -> list[Any]:
         await driver.run(select(1), {}, op="warm", seen=Ambiguity())  # connected before the swallow
         done = proxy.arm_swallow()
         jobs = await s.fetch_on_loop(driver, "w1", 2, seen=seen, start=True)
@@ -130,7 +130,7 @@ def test_a_completion_on_the_loop_whose_reply_is_lost_is_recognised(
     first, *jobs = direct.fetch("w1", 3, start=True)
     ids = [j.id for j in jobs]
 
-    async def complete(driver: LoopDriver) -> tuple[set[str], list[Any]]:
+    async def complete(driver: LoopTransport) -> tuple[set[str], list[Any]]:
         # The first completion prepares the statement (a request of its own, whose reply is not
         # the one to lose here); the second one's execution loses its reply.
         assert await s.complete_on_loop(driver, "w1", [Completion(first.lease, 5)]) == ({first.id}, [])
@@ -146,14 +146,14 @@ def test_a_completion_on_the_loop_whose_reply_is_lost_is_recognised(
     s.close()
 
 
-def test_the_loop_driver_replaces_its_connections_after_they_were_cut(
+def test_the_loop_transport_replaces_its_connections_after_they_were_cut(
     pg_url: str, direct: Storage, fault_proxy: Proxy
 ) -> None:
     proxy = fault_proxy(pg_url)
     s = through(proxy, pg_url)
     pid = select(func.pg_backend_pid())
 
-    async def use(driver: LoopDriver) -> tuple[Any, Any, Any]:
+    async def use(driver: LoopTransport) -> tuple[Any, Any, Any]:
         first = await driver.run(pid, {}, op="pid", seen=Ambiguity())
         again = await driver.run(pid, {}, op="pid", seen=Ambiguity())
         assert proxy.cut_all() >= 1
@@ -166,12 +166,12 @@ def test_the_loop_driver_replaces_its_connections_after_they_were_cut(
     s.close()
 
 
-def test_a_disconnect_seen_on_a_thread_retires_the_loop_drivers_connections(direct: Storage) -> None:
+def test_a_disconnect_seen_on_a_thread_retires_the_loop_transports_connections(direct: Storage) -> None:
     """One clock for both paths: after a failover the loop driver does not meet a dead connection
     the threads already found, which would cost a replay and a reconcile."""
     pid = select(func.pg_backend_pid())
 
-    async def use(driver: LoopDriver) -> tuple[Any, Any, Any]:
+    async def use(driver: LoopTransport) -> tuple[Any, Any, Any]:
         first = await driver.run(pid, {}, op="pid", seen=Ambiguity())
         again = await driver.run(pid, {}, op="pid", seen=Ambiguity())
         direct.tx.executor.disconnected()  # what a thread's broken connection records
@@ -192,7 +192,7 @@ def test_a_disconnect_seen_on_the_loop_retires_the_threads_connections(
     executor = s.tx.executor
     on_thread = executor.run(pid, {}, sending=lambda: None, prepare=False)
 
-    async def use(driver: LoopDriver) -> None:
+    async def use(driver: LoopTransport) -> None:
         await driver.run(pid, {}, op="pid", seen=Ambiguity())
         assert proxy.cut_all() >= 2  # the thread's connection and the loop's
         await driver.run(pid, {}, op="pid", seen=Ambiguity())  # fails once, replayed
@@ -207,7 +207,7 @@ def test_a_refused_statement_is_not_replayed_and_keeps_the_connection(direct: St
     direct.fault_injector = attempts.append
     pid = select(func.pg_backend_pid())
 
-    async def use(driver: LoopDriver) -> tuple[Any, Any]:
+    async def use(driver: LoopTransport) -> tuple[Any, Any]:
         before = await driver.run(pid, {}, op="pid", seen=Ambiguity())
         seen = Ambiguity()
         with pytest.raises(DBAPIError, match="division by zero"):
@@ -314,7 +314,7 @@ class Said(logging.Handler):
 
 
 async def _made(s: Storage) -> bool:
-    driver = s.loop_driver()
+    driver = s.loop_transport()
     if driver is None:
         return False
     await driver.close()
@@ -334,7 +334,7 @@ def test_a_completion_cancelled_on_the_loop_still_commits(direct: Storage) -> No
     holder.execute(select(jobs_hot.c.Id).where(jobs_hot.c.Id == ids[0]).with_for_update())
 
     async def cancelled_completion() -> None:
-        driver = direct.loop_driver()
+        driver = direct.loop_transport()
         assert driver is not None
         task = asyncio.create_task(direct.complete_on_loop(driver, "w1", [Completion(j.lease, 1) for j in jobs]))
         await wait_until_blocked(direct)

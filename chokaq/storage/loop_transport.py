@@ -16,7 +16,7 @@ errors raised as SQLAlchemy raises them, with its disconnect test; and the repla
 which this module drives with :meth:`Replay.run_async`. This module owns the loop's connections.
 
 Only PostgreSQL: sqlite3 and pyodbc have no asynchronous driver, and their calls keep the threads.
-A driver belongs to one event loop (psycopg's asynchronous connections do): the worker makes it when
+A transport belongs to one event loop (psycopg's asynchronous connections do): the worker makes it when
 it starts and closes it when it stops.
 """
 
@@ -39,10 +39,10 @@ from chokaq.storage.transactions import Transactions
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
-__all__ = ["ConnectArgs", "LoopDriver", "loop_supported"]
+__all__ = ["ConnectArgs", "LoopTransport", "loop_supported"]
 
 
-class LoopDriver:
+class LoopTransport:
     """Runs hot-path statements on the running event loop. One connection per call in flight (a
     worker has at most three: two fetchers and the completer), kept between calls."""
 
@@ -141,7 +141,7 @@ class LoopDriver:
     async def _take(self) -> tuple[AsyncConnection[Any], float]:
         if self._closed:
             # A task left running past the worker's stop (a bug elsewhere): it must not claim.
-            raise RuntimeError("the worker's loop driver is closed")
+            raise RuntimeError("the worker's loop transport is closed")
         while self._idle:
             conn, born = self._idle.pop()
             # A disconnect seen here or on a thread retires every older connection: it usually
