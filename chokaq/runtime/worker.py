@@ -8,7 +8,7 @@ and launching handlers), execution.py (running a handler to its outcome), slots.
 holds and may claim or start), changes.py (waiting on that), reconcile.py (what lost replies left
 behind), outcomes.py (what a run's ending becomes), completer.py (writing outcomes), heartbeat.py
 (leases), supervisor.py (helper tasks that must not die unnoticed), outage.py (riding out the
-database), statistics.py (planner statistics on PostgreSQL) and health.py (the health file). Every
+database), planner_statistics.py (planner statistics on PostgreSQL) and health.py (the health file). Every
 database call goes through the worker's :class:`~chokaq.storage.WorkerStore`."""
 
 from __future__ import annotations

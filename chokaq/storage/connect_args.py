@@ -29,7 +29,7 @@ class ConnectArgs:
         event.listen(engine, "do_connect", self._seen)
 
     def refusal(self) -> str | None:
-        """Why a loop driver must not connect as this engine does (None: it may)."""
+        """Why a loop transport must not connect as this engine does (None: it may)."""
         if not self._own:
             return "the engine was built by the application"
         pool = self._engine.pool.dispatch

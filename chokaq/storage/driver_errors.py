@@ -1,5 +1,5 @@
 """Driver errors as SQLAlchemy raises them, for the statements run straight on driver connections
-(the threads' executor and the worker's loop driver): ``DBAPIError.instance``, with
+(the threads' executor and the worker's loop transport): ``DBAPIError.instance``, with
 ``connection_invalidated`` from the dialect's own disconnect test, so the replay rules
 (``is_transient``, the lost-reply rule) see what they see from SQLAlchemy's own execution."""
 

@@ -16,7 +16,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.selectable import FromClause
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from chokaq.storage.dialects import profile_of
+from chokaq.storage.dialects import PROFILES
 
 # Claim rows without waiting on, or deadlocking with, other workers' claims.
 MSSQL_CLAIM_HINT = "WITH (UPDLOCK, READPAST, ROWLOCK)"
@@ -133,6 +133,13 @@ def row_lock(stmt: Select[Any], table: FromClause) -> Select[Any]:
 # plans it again each time. One parameter holding the whole list keeps the statement text fixed.
 
 
+def _arrays(dialect: Dialect) -> bool:
+    """Whether ``dialect`` binds a list as a native array (a JSON text where chokaq has no profile
+    for it, as when a statement is printed with SQLAlchemy's default dialect)."""
+    profile = PROFILES.get(dialect.name)
+    return profile is not None and profile.list_arrays
+
+
 class ListParam(TypeDecorator[list[Any]]):
     """A list bound as one parameter: an array on PostgreSQL, a JSON array elsewhere."""
 
@@ -144,13 +151,13 @@ class ListParam(TypeDecorator[list[Any]]):
         self.item_type = item_type
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if profile_of(dialect).list_arrays:
+        if _arrays(dialect):
             return dialect.type_descriptor(postgresql.ARRAY(self.item_type))
         return dialect.type_descriptor(UnicodeText())
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
         items = list(value)
-        return items if profile_of(dialect).list_arrays else json.dumps(items)
+        return items if _arrays(dialect) else json.dumps(items)
 
 
 class in_list(FunctionElement[bool]):

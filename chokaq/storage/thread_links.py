@@ -71,7 +71,7 @@ class ThreadLinks:
 
     def disconnected(self) -> None:
         """A connection broke: every connection made before now, the threads' and the loop
-        drivers', is replaced before its next statement."""
+        transport's, is replaced before its next statement."""
         self._invalidated_at = time.monotonic()
 
     def connect(self) -> None:

@@ -26,8 +26,14 @@ class ThreadReplays:
     def retrying(self, once: Callable[[], T], *, op: str) -> T:
         """Call ``once`` until it succeeds, a non-transient error, or ``transient_retries`` replays."""
         replay = Replay(self.policy, op, self._lost)
+        # A call may run inside another's attempt on this thread (a transaction function that
+        # enqueues without conn=): the outer call is the thread's current one again afterwards.
+        outer: Replay | None = getattr(self._local, "replay", None)
         self._local.replay = replay
-        return replay.run(once)
+        try:
+            return replay.run(once)
+        finally:
+            self._local.replay = outer
 
     def _lost(self) -> None:
         self._local.ambiguous = True  # on the call's own thread: see ambiguity()

@@ -39,7 +39,7 @@ class Transactions:
         # autocommit twin, already in autocommit.
         translate = engine.get_execution_options().get("schema_translate_map")
         self.executor = Executor(self.autocommit or engine, translate)
-        # The replay policy, shared with the worker's loop driver (loop_transport.py).
+        # The replay policy, shared with the worker's loop transport (loop_transport.py).
         self.replays = ReplayPolicy(settings, self.dialect)
         self._threads = ThreadReplays(self.replays)
 

@@ -145,7 +145,7 @@ class WorkerStore:
     # ------------------------------------------------------------------ finishing
     async def complete(self, done: Sequence[Completion]) -> set[str]:
         """Successes archived, as :meth:`Storage.complete`: on the loop where the worker has a
-        driver (the ids it did not move are then looked up on a database thread: a replay after a
+        transport there (the ids it did not move are then looked up on a database thread: a replay after a
         lost reply finds its own earlier success gone from JobsHot)."""
         transport = self._loop
         if transport is None:

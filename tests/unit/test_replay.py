@@ -120,3 +120,32 @@ def test_a_call_cancelled_with_its_statement_out_is_ambiguous() -> None:
 
     asyncio.run(main())
     assert lost == [True]
+
+
+def test_a_call_nested_in_another_on_one_thread_leaves_the_outer_call_its_own_bookkeeping() -> None:
+    # A transaction function that itself runs a replayed call (an enqueue without conn= inside a
+    # Storage.write): once the inner call has ended, the outer call's next attempt must still be
+    # told when its statement goes out, or its lost reply would be taken for a clean failure.
+    from psycopg import errors as pg_errors
+
+    from chokaq.storage.thread_replays import ThreadReplays
+
+    threads = ThreadReplays(ReplayPolicy(StorageSettings(transient_retries=2), "postgresql"))
+    attempts = 0
+
+    def outer() -> str:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            threads.retrying(lambda: threads.sending(writes=True), op="inner")
+            # A clean refusal from the server (a serialisation failure): nothing committed.
+            raise DBAPIError("stmt", {}, pg_errors.SerializationFailure("40001"), connection_invalidated=False)
+        threads.sending(writes=True)
+        if attempts == 2:
+            raise DBAPIError("stmt", {}, Exception("gone"), connection_invalidated=True)  # the reply is lost
+        assert threads.replaying(), "the third attempt follows one that may have committed"
+        return "rows"
+
+    with threads.ambiguity() as seen:
+        assert threads.retrying(outer, op="outer") == "rows"
+    assert seen.ambiguous and attempts == 3

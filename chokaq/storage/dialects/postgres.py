@@ -5,7 +5,7 @@
   through psycopg's ``AsyncConnection`` (loop_transport.py).
 - Wake-ups: NOTIFY inside the enqueuing transaction, delivered at commit; LISTEN in postgres_listen.py.
 - Statements: list parameters bind as arrays; a finishing move is one statement (data-modifying
-  CTEs) that bumps its own counter; the planner's statistics are kept current (statistics.py).
+  CTEs) that bumps its own counter; the planner's statistics are kept current (postgres_statistics.py).
 - Errors worth a replay: serialisation failures, deadlocks, connection and admin-shutdown classes,
   too many connections, a cancelled statement, and libpq's words for a link that broke.
 - Migrations: an advisory transaction lock; the statement timeout lifted for the upgrade.

@@ -1,7 +1,8 @@
 """The statements storage runs, built with SQLAlchemy Core and cached per shape; no execution here.
 
-The builders return SQLAlchemy statements (or SQL Server's shapes from :mod:`..mssql_shapes`);
-:mod:`chokaq.storage.store` runs them and :mod:`chokaq.storage.queries` prints them for review.
+The builders return SQLAlchemy statements (or SQL Server's shapes, from
+:mod:`..dialects.sqlserver_shapes`); :mod:`chokaq.storage.store` runs them and
+:mod:`chokaq.storage.queries` prints them for review.
 Modules: :mod:`.status` (Status literals), :mod:`.fence` (a worker's ownership predicate),
 :mod:`.claim`, :mod:`.leases` (start, heartbeat, release, retry, reschedule), :mod:`.moves`
 (JobsHot -> Archive/DLQ), :mod:`.counters` (StatsSummary), :mod:`.sweep`.
