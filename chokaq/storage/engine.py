@@ -13,6 +13,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from chokaq.domain.errors import ConfigurationError
 from chokaq.redact import redact
 from chokaq.storage.dialects import PROFILES
+from chokaq.storage.dialects.base import EngineOptions
 
 
 def build_engine(
@@ -34,14 +35,8 @@ def build_engine(
     if profile is None:
         raise ConfigurationError(f"unsupported database {backend!r}: use sqlite, postgresql+psycopg or mssql+pyodbc")
     try:
-        return profile.build_engine(
-            parsed,
-            pool_size=pool_size,
-            echo=echo,
-            command_timeout=command_timeout,
-            connect_timeout=connect_timeout,
-            statement_timeout=statement_timeout,
-        )
+        options = EngineOptions(pool_size, echo, command_timeout, connect_timeout, statement_timeout)
+        return profile.build_engine(parsed, options)
     except NoSuchModuleError as exc:
         raise ConfigurationError(f"no driver for {url!r}: {exc}") from None
     except ModuleNotFoundError as exc:

@@ -300,3 +300,10 @@ def test_history_statements_compile_for_sql_server() -> None:
         assert ("[Queue] = :h_queue" in a_sql) is (queue is not None)
         for sql in (a_sql, d_sql):
             assert "strftime" not in sql and "EXTRACT" not in sql and "julianday" not in sql and "LIMIT" not in sql
+
+
+def test_a_list_parameter_prints_as_json_for_a_dialect_chokaq_has_no_profile_for() -> None:
+    # str(statement) and literal_binds use SQLAlchemy's default dialect: the list is shown as the
+    # JSON text every database but PostgreSQL receives, not refused.
+    stmt = select(bindparam("ids", ["a", "b"], type_=ListParam(String())))
+    assert '\'["a", "b"]\'' in str(stmt.compile(compile_kwargs={"literal_binds": True}))

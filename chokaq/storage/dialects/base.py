@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import Column, Connection, Engine, Table, text
@@ -21,6 +22,18 @@ from chokaq.storage.schema import SCHEMA
 
 if TYPE_CHECKING:
     from chokaq.storage.statements import MoveStatements
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """The settings an engine is built with (Storage.PoolSize, CommandTimeout, ConnectTimeout,
+    StatementTimeout); each profile uses those its database has."""
+
+    pool_size: int = 10
+    echo: bool = False
+    command_timeout: int = 0
+    connect_timeout: float = 10.0
+    statement_timeout: float = 0.0
 
 
 class Profile:
@@ -61,16 +74,7 @@ class Profile:
     script_separator: ClassVar[str] = ";\n"
 
     # ------------------------------------------------------------------ connections
-    def build_engine(
-        self,
-        url: URL,
-        *,
-        pool_size: int,
-        echo: bool,
-        command_timeout: int,
-        connect_timeout: float,
-        statement_timeout: float,
-    ) -> Engine:
+    def build_engine(self, url: URL, options: EngineOptions) -> Engine:
         raise NotImplementedError
 
     def autocommit_twin(self, engine: Engine) -> Engine | None:
@@ -156,9 +160,7 @@ class Profile:
 
     def add_column(self, conn: Connection, table: Table, column: Column[Any]) -> None:
         """``ALTER TABLE ADD`` a nullable ``column`` unless the table has it."""
-        prep = conn.dialect.identifier_preparer
-        definition = f"{prep.quote(column.name)} {column.type.compile(conn.dialect)} NULL"
-        name = f"{prep.quote_schema(SCHEMA)}.{prep.quote(table.name)}"
+        name, definition = nullable_column(conn, table, column)
         conn.execute(text(f"ALTER TABLE {name} ADD COLUMN IF NOT EXISTS {definition}"))
 
     def script_preamble(self, dialect: Dialect) -> list[str]:
@@ -169,3 +171,11 @@ class Profile:
 
     def quote(self, name: str) -> str:
         return f'"{name}"'
+
+
+def nullable_column(conn: Connection, table: Table, column: Column[Any]) -> tuple[str, str]:
+    """``table``'s name in chokaq's schema and ``column``'s definition as a nullable column, quoted
+    for ``conn``'s database (for ``ALTER TABLE ... ADD``)."""
+    prep = conn.dialect.identifier_preparer
+    definition = f"{prep.quote(column.name)} {column.type.compile(conn.dialect)} NULL"
+    return f"{prep.quote_schema(SCHEMA)}.{prep.quote(table.name)}", definition

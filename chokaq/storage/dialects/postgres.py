@@ -22,7 +22,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.schema import CreateSchema
 
-from chokaq.storage.dialects.base import Profile
+from chokaq.storage.dialects.base import EngineOptions, Profile
 from chokaq.storage.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -79,18 +79,10 @@ class PostgresProfile(Profile):
     prepared_statements = True
     script_now: ClassVar[str] = "(now() AT TIME ZONE 'UTC')"
 
-    def build_engine(
-        self,
-        url: URL,
-        *,
-        pool_size: int,
-        echo: bool,
-        command_timeout: int,
-        connect_timeout: float,
-        statement_timeout: float,
-    ) -> Engine:
-        connect_args = postgresql_connect_args(url.query, connect_timeout, statement_timeout)
-        return create_engine(url, pool_size=pool_size, max_overflow=pool_size, echo=echo, connect_args=connect_args)
+    def build_engine(self, url: URL, options: EngineOptions) -> Engine:
+        connect_args = postgresql_connect_args(url.query, options.connect_timeout, options.statement_timeout)
+        size = options.pool_size
+        return create_engine(url, pool_size=size, max_overflow=size, echo=options.echo, connect_args=connect_args)
 
     def transient(self, exc: BaseException) -> bool:
         sqlstate = getattr(exc, "sqlstate", None)

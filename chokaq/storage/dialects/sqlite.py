@@ -20,7 +20,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.pool import NullPool
 
-from chokaq.storage.dialects.base import Profile
+from chokaq.storage.dialects.base import EngineOptions, Profile, nullable_column
 from chokaq.storage.schema import SCHEMA
 
 
@@ -33,17 +33,8 @@ class SqliteProfile(Profile):
     autocommit_statements = False
     queries_script = False
 
-    def build_engine(
-        self,
-        url: URL,
-        *,
-        pool_size: int,
-        echo: bool,
-        command_timeout: int,
-        connect_timeout: float,
-        statement_timeout: float,
-    ) -> Engine:
-        return _sqlite_engine(url, echo=echo)
+    def build_engine(self, url: URL, options: EngineOptions) -> Engine:
+        return _sqlite_engine(url, echo=options.echo)
 
     def transient(self, exc: BaseException) -> bool:
         text_ = " ".join(str(a) for a in getattr(exc, "args", ()))
@@ -61,9 +52,8 @@ class SqliteProfile(Profile):
     def add_column(self, conn: Connection, table: Table, column: Column[Any]) -> None:
         if column.name in {c["name"] for c in inspect(conn).get_columns(table.name)}:
             return
-        prep = conn.dialect.identifier_preparer
-        definition = f"{prep.quote(column.name)} {column.type.compile(conn.dialect)} NULL"
-        conn.execute(text(f"ALTER TABLE {prep.quote(table.name)} ADD COLUMN {definition}"))
+        _, definition = nullable_column(conn, table, column)  # no schemas: the bare table name
+        conn.execute(text(f"ALTER TABLE {conn.dialect.identifier_preparer.quote(table.name)} ADD COLUMN {definition}"))
 
     # The migration lock: the engine opens write transactions with BEGIN IMMEDIATE, which is it.
 

@@ -20,7 +20,7 @@ from sqlalchemy.dialects import mssql
 from sqlalchemy.engine import URL, Dialect
 
 from chokaq.storage.dialects import sqlserver_errors
-from chokaq.storage.dialects.base import Profile
+from chokaq.storage.dialects.base import EngineOptions, Profile, nullable_column
 from chokaq.storage.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -38,19 +38,12 @@ class SqlServerProfile(Profile):
     script_separator: ClassVar[str] = "\nGO\n"
     script_now: ClassVar[str] = "SYSUTCDATETIME()"
 
-    def build_engine(
-        self,
-        url: URL,
-        *,
-        pool_size: int,
-        echo: bool,
-        command_timeout: int,
-        connect_timeout: float,
-        statement_timeout: float,
-    ) -> Engine:
+    def build_engine(self, url: URL, options: EngineOptions) -> Engine:
         from chokaq.storage.dialects.sqlserver_connect import mssql_engine
 
-        return mssql_engine(url, pool_size=pool_size, echo=echo, command_timeout=command_timeout)
+        return mssql_engine(
+            url, pool_size=options.pool_size, echo=options.echo, command_timeout=options.command_timeout
+        )
 
     def autocommit_twin(self, engine: Engine) -> Engine | None:
         from chokaq.storage.dialects.sqlserver_connect import autocommit_twin
@@ -121,9 +114,7 @@ class SqlServerProfile(Profile):
         upgrade_keys_and_text(conn)
 
     def add_column(self, conn: Connection, table: Table, column: Column[Any]) -> None:
-        prep = conn.dialect.identifier_preparer
-        definition = f"{prep.quote(column.name)} {column.type.compile(conn.dialect)} NULL"
-        name = f"{prep.quote_schema(SCHEMA)}.{prep.quote(table.name)}"
+        name, definition = nullable_column(conn, table, column)
         conn.execute(
             text(f"IF COL_LENGTH('{SCHEMA}.{table.name}', '{column.name}') IS NULL ALTER TABLE {name} ADD {definition}")
         )
