@@ -4,8 +4,11 @@ it may claim or start. The fetch and start loops ask it what to do next and wait
 Stages of a job held here: claimed by a fetch in flight (counted only), buffered (Fetched, waiting
 for a slot), being started (a start batch in flight), running (started and not yet finalised;
 ``executing`` while its handler still runs). A handler frees its slot when it returns, before its
-outcome is written; bounding started-and-unwritten jobs too (Concurrency + Prefetch in all) keeps a
-slow database from piling up Processing rows.
+outcome is written, so that outcomes can be written in batches. Finished-but-unwritten jobs are
+bounded by Concurrency: once that many wait, no handler starts until some are written. A job that
+finished but whose outcome a crash lost is Processing in the database, and the sweep makes it a
+Zombie like one that was cut off mid-way; the bound keeps one crash to at most 2 x Concurrency
+Processing rows (the running and the finished), however long the database held the writes back.
 
 Waiters listen to what can satisfy them: ``slot`` (a slot may be free), ``jobs`` (jobs were
 buffered) and ``room`` (the buffer has room, a claim ended, or a backlog showed: fetchers look
@@ -32,7 +35,7 @@ class Slots:
         self.concurrency = concurrency
         self.prefetch = prefetch
         self.batch = batch
-        self.max_held = concurrency + prefetch  # started and not yet written back
+        self.max_held = 2 * concurrency  # started and not yet written back: running + finished
         # Refill the buffer when less than one round of work is left (and fewer jobs are queued
         # than handlers run: see claim_size), so a worker does not sit on up to
         # Execution.Prefetch reserved jobs while other workers idle.

@@ -10,8 +10,30 @@ import os
 import time
 
 from chokaq import ChokaQ, JobContext
+from chokaq.storage import Storage
 
-app = ChokaQ()
+# The stall test (tests/acceptance/test_stall.py) on SQLite: while the file named here exists, the
+# worker's success writes wait before their transaction begins. SQLite has one writer lock, so the
+# database itself cannot hold back completions alone (a lock that stalls them stalls claims and
+# starts too); on PostgreSQL the test locks JobsArchive instead and this stays unset.
+STALL = os.environ.get("CHOKAQ_TEST_STALL_COMPLETIONS", "")
+
+
+def _hold_completions(op: str) -> None:
+    while op == "complete" and os.path.exists(STALL):
+        time.sleep(0.01)
+
+
+class _StalledApp(ChokaQ):
+    @property
+    def storage(self) -> Storage:
+        # The CLI closes the app's storage to point it at --db: hook whichever storage is current.
+        storage = super().storage
+        storage.fault_injector = _hold_completions
+        return storage
+
+
+app = _StalledApp() if STALL else ChokaQ()
 
 
 def _record(job_id: str, what: str) -> None:
