@@ -85,6 +85,12 @@ def list_dlq(
     from_: Annotated[datetime | None, Query(alias="from")] = None,
     to: datetime | None = None,
     search: Annotated[Text | None, Query(max_length=200, description="id, type, tags or error text")] = None,
+    min_attempts: Annotated[
+        int | None, Query(ge=1, le=1_000_000, description="jobs that needed at least this many attempts (2: retried)")
+    ] = None,
+    worker: Annotated[
+        str | None, Query(max_length=limits.MAX_WORKER_ID_LEN, description="the worker that ran it")
+    ] = None,
     sort: Annotated[str | None, Query(max_length=40, description="a key of the DLQ sort whitelist")] = None,
     desc: bool = True,
     page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
@@ -98,9 +104,13 @@ def list_dlq(
         from_utc=naive_utc(from_),
         to_utc=naive_utc(to),
         search=search,
+        min_attempts=min_attempts,
+        worker=worker,
     )
     p = admin_store(request).list_jobs(Location.DLQ, f, sort=sort, descending=desc, page=page, page_size=page_size)
-    return JobPageOut(items=[JobOut.from_record(j) for j in p.items], total=p.total, page=p.page, page_size=p.page_size)
+    return JobPageOut(
+        items=[JobOut.from_record(j, history=False) for j in p.items], total=p.total, page=p.page, page_size=p.page_size
+    )
 
 
 def _selection(body: BulkIn) -> Selection:

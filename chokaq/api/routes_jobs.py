@@ -90,6 +90,12 @@ def list_jobs(
     from_: Annotated[datetime | None, Query(alias="from")] = None,
     to: datetime | None = None,
     search: Annotated[Text | None, Query(max_length=200)] = None,
+    min_attempts: Annotated[
+        int | None, Query(ge=1, le=1_000_000, description="jobs that needed at least this many attempts (2: retried)")
+    ] = None,
+    worker: Annotated[
+        str | None, Query(max_length=limits.MAX_WORKER_ID_LEN, description="the worker that ran it")
+    ] = None,
     sort: Annotated[str | None, Query(max_length=40, description="a key of the location's sort whitelist")] = None,
     desc: bool = True,
     page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
@@ -104,12 +110,14 @@ def list_jobs(
         from_utc=naive_utc(from_),
         to_utc=naive_utc(to),
         search=search,
+        min_attempts=min_attempts,
+        worker=worker,
     )
     page_ = admin_store(request).list_jobs(
         Location(location), f, sort=sort, descending=desc, page=page, page_size=page_size
     )
     return JobPageOut(
-        items=[JobOut.from_record(j) for j in page_.items],
+        items=[JobOut.from_record(j, history=False) for j in page_.items],
         total=page_.total,
         page=page_.page,
         page_size=page_.page_size,

@@ -135,7 +135,7 @@ def dlq_list(
     f = JobFilter(queue=queue, type=job_type, failure_reason=parse_failure_reason(reason), search=search)
     p = AdminStore(c.app.storage).list_jobs(Location.DLQ, f, page=page, page_size=page_size)
     if as_json:
-        items = [JobOut.from_record(j).model_dump() for j in p.items]
+        items = [JobOut.from_record(j, history=False).model_dump() for j in p.items]
         click.echo(json.dumps({"items": items, "total": p.total, "page": p.page, "page_size": p.page_size}, indent=2))
         return
     rows = [

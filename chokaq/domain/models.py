@@ -88,6 +88,7 @@ class JobRecord:
     error_details: str | None = None
     failed_at_utc: datetime | None = None
     zombie_retry: bool = False
+    attempts: str | None = None  # the attempt history as stored (JSON text; chokaq.domain.attempts)
 
     @property
     def lease(self) -> Lease:

@@ -10,13 +10,56 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, Field
 
+from chokaq.domain.attempts import timeline
 from chokaq.domain.models import JobRecord
 from chokaq.domain.payload import readable
+from chokaq.domain.states import Location
 
 
 def iso(value: datetime | None) -> str | None:
     """A stored timestamp (naive UTC) as ISO 8601 with its ``Z``."""
     return value.isoformat() + ("Z" if value.tzinfo is None else "") if value else None
+
+
+class AttemptOut(BaseModel):
+    """One attempt that did not succeed, or a resurrect (``chokaq.domain.attempts``)."""
+
+    attempt: int
+    outcome: str = Field(description="retried, dead-lettered, worker lost or resurrected")
+    ended_utc: str
+    worker: str | None = None
+    started_utc: str | None = None
+    duration_ms: int | None = None
+    reason: str | None = Field(default=None, description="the failure reason, as the DLQ names it")
+    error_type: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+    by: str | None = Field(default=None, description="who resurrected the job")
+    dropped_after: int | None = Field(
+        default=None, description="entries dropped after this one to keep the history bounded (first and latest kept)"
+    )
+
+
+def attempts_of(rec: JobRecord) -> list[AttemptOut]:
+    """The job's attempt timeline; entries a newer version wrote with unknown fields are kept as
+    far as they fit, and unreadable ones skipped (history is evidence, never a reason to fail)."""
+    out = []
+    entries = timeline(
+        rec.attempts,
+        dead=rec.location is Location.DLQ,
+        attempt=rec.attempt_count,
+        reason=rec.failure_reason.label if rec.failure_reason is not None else None,
+        worker=rec.worker_id,
+        started=rec.started_at_utc,
+        failed_at=rec.failed_at_utc,
+        details=rec.error_details,
+    )
+    for entry in entries:
+        try:
+            out.append(AttemptOut.model_validate(entry))
+        except ValueError:
+            continue
+    return out
 
 
 class JobOut(BaseModel):
@@ -51,10 +94,16 @@ class JobOut(BaseModel):
     duration_ms: int | None
     created_by: str | None
     last_modified_by: str | None
+    attempts: list[AttemptOut] | None = Field(
+        default=None,
+        description="every attempt that did not succeed, and resurrects, oldest first (a job's own read; "
+        "null in lists)",
+    )
 
     @classmethod
-    def from_record(cls, rec: JobRecord, **extra: Any) -> Self:
-        """The shape of ``rec``; ``extra`` fills the fields a subclass adds (``DlqJobOut``)."""
+    def from_record(cls, rec: JobRecord, *, history: bool = True, **extra: Any) -> Self:
+        """The shape of ``rec``; ``extra`` fills the fields a subclass adds (``DlqJobOut``).
+        ``history``: with the attempt timeline (lists leave it out: they do not read it)."""
         payload, problem = readable(rec.payload)
         return cls(
             id=rec.id,
@@ -82,5 +131,6 @@ class JobOut(BaseModel):
             duration_ms=rec.duration_ms,
             created_by=rec.created_by,
             last_modified_by=rec.last_modified_by,
+            attempts=attempts_of(rec) if history else None,
             **extra,
         )

@@ -34,8 +34,8 @@ class Finishing(Protocol):
     """Where outcomes are written (the worker's :class:`~chokaq.storage.WorkerStore`)."""
 
     async def complete(self, done: Sequence[Completion]) -> set[str]: ...
-    async def fail(self, lease: Lease, reason: FailureReason, details: str | None) -> bool: ...
-    async def retry(self, lease: Lease, delay: float) -> bool: ...
+    async def fail(self, lease: Lease, reason: FailureReason, details: str | None, attempts: str) -> bool: ...
+    async def retry(self, lease: Lease, delay: float, attempts: str) -> bool: ...
     async def reschedule(self, leases: Sequence[Lease]) -> list[str]: ...
 
 
@@ -145,7 +145,7 @@ class Completer:
         attrs = {"queue": o.record.queue, "type": o.record.type}
         if o.kind == "fail":
             assert o.reason is not None
-            ok = await self.store.fail(o.lease, o.reason, o.details)
+            ok = await self.store.fail(o.lease, o.reason, o.details, o.history())
             if ok:
                 self.counts.failed += 1
                 ins.dlq.add(1, {**attrs, "reason": o.reason.label})
@@ -153,7 +153,7 @@ class Completer:
             else:
                 self.owner.conflict("fail", 1)
         elif o.kind == "retry":
-            ok = await self.store.retry(o.lease, o.delay)
+            ok = await self.store.retry(o.lease, o.delay, o.history())
             if ok:
                 self.counts.retried += 1
                 ins.retried.add(1, {**attrs, "attempt": o.record.attempt_count})

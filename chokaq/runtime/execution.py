@@ -89,6 +89,7 @@ class Execution:
         else:
             outcome = await self._run_handler(run, handler, None)
         outcome.duration_ms = int((time.perf_counter() - t0) * 1000)
+        outcome.ended = time.time()
         instruments().processing_duration.record(outcome.duration_ms, self.attributes(rec))
         self.deadlines.ended(run)
         self.slots.handler_ended(rec.id)

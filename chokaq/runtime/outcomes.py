@@ -4,9 +4,12 @@ database, logs or counts."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
+from chokaq.domain.attempts import DEAD_LETTERED, RETRIED, ErrorParts, appended, failed_attempt
 from chokaq.domain.models import JobRecord, Lease
 from chokaq.domain.states import FailureReason
 from chokaq.runtime.handlers import CANCEL_HEARTBEAT, CANCEL_LOST, CANCEL_SHUTDOWN, CANCEL_TIMEOUT, CancelReason
@@ -42,6 +45,22 @@ class Outcome:
     reason: FailureReason | None = None
     details: str | None = None
     delay: float = 0.0
+    error: ErrorParts | None = None  # why the attempt failed, for its entry in the job's history
+    ended: float = 0.0  # when the handler ended (epoch seconds)
+
+    def history(self) -> str:
+        """The job's attempt history with this (failed) attempt added: written by the statement
+        that retries the job or moves it to the DLQ."""
+        entry = failed_attempt(
+            attempt=self.lease.attempt,
+            outcome=RETRIED if self.kind == "retry" else DEAD_LETTERED,
+            worker=self.lease.worker_id,
+            ended=datetime.fromtimestamp(self.ended or time.time(), UTC),
+            duration_ms=self.duration_ms,
+            reason=self.reason.label if self.reason is not None else None,
+            error=self.error,
+        )
+        return appended(self.record.attempts, entry)
 
 
 def succeeded(record: JobRecord, lease: Lease) -> Outcome:
@@ -50,7 +69,9 @@ def succeeded(record: JobRecord, lease: Lease) -> Outcome:
 
 def rejected(record: JobRecord, lease: Lease, details: str) -> Outcome:
     """The worker would not run it (no handler for its type): straight to the DLQ."""
-    return Outcome("fail", lease, record, reason=FailureReason.REJECTED, details=details)
+    return Outcome(
+        "fail", lease, record, reason=FailureReason.REJECTED, details=details, error=ErrorParts("Rejected", details)
+    )
 
 
 def cancelled(
@@ -71,17 +92,20 @@ def cancelled(
     if cancel_reason == CANCEL_SHUTDOWN:
         return Outcome("drop" if thread_still_running else "reschedule", lease, record)
     if cancel_reason == CANCEL_HEARTBEAT:
+        details = f"cancelled after {heartbeat_failures} consecutive heartbeat write failures"
         return Outcome(
             "fail",
             lease,
             record,
             reason=FailureReason.HEARTBEAT_FAILURE,
-            details=f"cancelled after {heartbeat_failures} consecutive heartbeat write failures",
+            details=details,
+            error=ErrorParts("HeartbeatFailure", details),
         )
     if cancel_reason == CANCEL_LOST:
         return Outcome("drop", lease, record)
+    details = f"execution exceeded the timeout of {timeout:g}s"
     return Outcome(
-        "fail", lease, record, reason=FailureReason.TIMEOUT, details=f"execution exceeded the timeout of {timeout:g}s"
+        "fail", lease, record, reason=FailureReason.TIMEOUT, details=details, error=ErrorParts("Timeout", details)
     )
 
 
@@ -102,6 +126,7 @@ def failed(
         created_at_utc=record.created_at_utc,
         retry=retry,
     )
+    error = ErrorParts.of(exc)
     if d.retry:
-        return Outcome("retry", lease, record, delay=d.delay)
-    return Outcome("fail", lease, record, reason=d.reason, details=describe(exc))
+        return Outcome("retry", lease, record, delay=d.delay, error=error)
+    return Outcome("fail", lease, record, reason=d.reason, details=describe(exc), error=error)

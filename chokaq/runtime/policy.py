@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import pydantic
 
+from chokaq.domain.attempts import MAX_DETAILS_CHARS, bounded_text
 from chokaq.domain.errors import FatalError, ThrottledError
 from chokaq.domain.states import FailureReason
 from chokaq.settings import RetrySettings
@@ -78,4 +79,4 @@ def describe(exc: BaseException) -> str:
             where = ".".join(str(p) for p in err["loc"]) or "(root)"
             lines.append(f"  {where}: {err['msg']}")
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return "\n".join(lines) + "\n\n" + tb
+    return bounded_text("\n".join(lines) + "\n\n" + tb, MAX_DETAILS_CHARS)

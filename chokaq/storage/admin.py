@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 from sqlalchemy import Connection, Select, and_, delete, func, insert, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain import limits
+from chokaq.domain.attempts import appended, final_failure, resurrected
 from chokaq.domain.errors import ConflictError, JobValidationError, NotFoundError
 from chokaq.domain.models import JobRecord, QueueInfo
 from chokaq.domain.states import FailureReason, JobStatus, Location
@@ -154,8 +155,11 @@ class AdminStore(JobListing):
     def _resurrect_rows(
         self, c: Connection, where: ColumnElement[bool], actor: Actor, edit: JobEdit | None = None
     ) -> list[dict[str, Any]]:
+        now = datetime.now(UTC)
+
         def shape(r: dict[str, Any]) -> dict[str, Any]:
             return {
+                "Attempts": _history_at_resurrect(r, actor.name, now),
                 "Payload": edit.payload if edit and edit.payload is not None else r["Payload"],
                 "Tags": edit.tags if edit and edit.tags is not None else r["Tags"],
                 "Priority": edit.priority if edit and edit.priority is not None else limits.DEFAULT_PRIORITY,
@@ -442,3 +446,18 @@ def _filter_json(f: JobFilter | None) -> dict[str, Any] | None:
         else:
             out[k] = v
     return out
+
+
+def _history_at_resurrect(row: dict[str, Any], by: str, at: datetime) -> str:
+    """A DLQ row's attempt history as the resurrected job carries it: its last attempt (if the
+    history lacks it) and the resurrect itself added."""
+    final = final_failure(
+        row["Attempts"],
+        attempt=row["AttemptCount"],
+        reason=FailureReason(row["FailureReason"]).label,
+        worker=row["WorkerId"],
+        started=row["StartedAtUtc"],
+        failed_at=row["FailedAtUtc"],
+        details=row["ErrorDetails"],
+    )
+    return appended(row["Attempts"], *(e for e in (final, resurrected(by, at)) if e is not None))

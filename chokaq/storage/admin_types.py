@@ -21,6 +21,8 @@ class JobFilter:
     from_utc: datetime | None = None
     to_utc: datetime | None = None
     search: str | None = None
+    min_attempts: int | None = None  # jobs that needed at least this many attempts (2: more than one)
+    worker: str | None = None  # the worker that last ran the job
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,10 @@ class JobListing:
             conds.append(t.c.FailureReason == int(f.failure_reason))
         if f.tag:
             conds.append(contains(t.c.Tags, f.tag))
+        if f.min_attempts:
+            conds.append(t.c.AttemptCount >= f.min_attempts)
+        if f.worker:
+            conds.append(t.c.WorkerId == f.worker)
         ts = t.c[TIME_COLUMN[location]]
         if f.from_utc:
             conds.append(ts >= f.from_utc)
@@ -151,7 +155,12 @@ class JobListing:
         def work(c: Connection) -> Page:
             total = c.execute(select(func.count()).select_from(t).where(*conds)).scalar_one()
             rows = c.execute(
-                select(t).where(*conds).order_by(*order).offset((page - 1) * page_size).limit(page_size)
+                # Not the attempt history: a page shows none, and it can be the largest column.
+                select(*(col for col in t.c if col.name != "Attempts"))
+                .where(*conds)
+                .order_by(*order)
+                .offset((page - 1) * page_size)
+                .limit(page_size)
             ).all()
             return Page([MAPPERS[location](r) for r in rows], int(total), page, page_size)
 

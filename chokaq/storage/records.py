@@ -30,6 +30,7 @@ FIELDS = {
     "DurationMs": "duration_ms",
     "ErrorDetails": "error_details",
     "FailedAtUtc": "failed_at_utc",
+    "Attempts": "attempts",
 }
 CONVERT: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "Status": ("status", JobStatus),
@@ -69,6 +70,7 @@ HOT_ROW = (
     "CreatedBy",
     "LastModifiedBy",
     "ZombieRetry",
+    "Attempts",
 )
 
 
@@ -104,6 +106,7 @@ def hot_record_from_values(values: Any) -> JobRecord:
         created_by,
         last_modified_by,
         zombie_retry,
+        attempts,
     ) = values
     return JobRecord(
         id=job_id,
@@ -125,6 +128,7 @@ def hot_record_from_values(values: Any) -> JobRecord:
         started_at_utc=started_at_utc,
         last_updated_utc=last_updated_utc,
         zombie_retry=bool(zombie_retry),
+        attempts=attempts,
     )
 
 

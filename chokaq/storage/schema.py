@@ -138,6 +138,8 @@ jobs_hot = Table(
     Column("CreatedBy", Unicode(limits.MAX_ACTOR_LEN)),
     Column("LastModifiedBy", Unicode(limits.MAX_ACTOR_LEN)),
     Column("ZombieRetry", Flag, nullable=False, server_default=false()),
+    # The attempt history (JSON text, chokaq.domain.attempts): NULL until an attempt fails.
+    Column("Attempts", LongText),
     info={SEQUENTIAL_KEY: True},
 )
 
@@ -202,6 +204,7 @@ jobs_archive = Table(
     # When the last attempt was due (copied from JobsHot): queue wait is StartedAtUtc minus this.
     # NULL for jobs archived before migration 4.
     Column("ScheduledAtUtc", UtcTime),
+    Column("Attempts", LongText),
     info={SEQUENTIAL_KEY: True},
 )
 Index("IX_JobsArchive_FinishedAt", jobs_archive.c.FinishedAtUtc)
@@ -222,6 +225,7 @@ jobs_dlq = Table(
     # The last heartbeat seen: the inspector shows it beside a zombie's failure time.
     Column("HeartbeatUtc", UtcTime),
     Column("StartedAtUtc", UtcTime),
+    Column("Attempts", LongText),
     info={SEQUENTIAL_KEY: True},
 )
 Index("IX_JobsDLQ_FailedAt", jobs_dlq.c.FailedAtUtc, jobs_dlq.c.Id)

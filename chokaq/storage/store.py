@@ -373,24 +373,31 @@ class Storage:
         :meth:`LostReplies.already`)."""
         return self.lost_replies.already(jobs_archive, leases) if leases else set()
 
-    def fail(self, lease: Lease, reason: FailureReason, error_details: str | None) -> bool:
-        """Processing -> DLQ. False when the worker no longer owns the job (a stale move)."""
+    def fail(self, lease: Lease, reason: FailureReason, error_details: str | None, attempts: str | None = None) -> bool:
+        """Processing -> DLQ. False when the worker no longer owns the job (a stale move).
+        ``attempts``: the job's attempt history with this attempt added (None: kept as it is)."""
         groups, params = fence_params(lease.worker_id, [lease], self.dialect)
         params["failure_reason"] = int(reason)
         if error_details is not None:
             params["error_details"] = error_details
-        if self.move(st.fail_statements(groups, error_details is not None), params, op="fail"):
+        if attempts is not None:
+            params["attempts"] = attempts
+        statements = st.fail_statements(groups, error_details is not None, attempts is not None)
+        if self.move(statements, params, op="fail"):
             return True
         return bool(self.lost_replies.already(jobs_dlq, [lease], jobs_dlq.c.FailureReason == int(reason)))
 
-    def retry(self, lease: Lease, delay_seconds: float) -> bool:
-        """Processing -> Pending, due after ``delay_seconds``."""
+    def retry(self, lease: Lease, delay_seconds: float, attempts: str | None = None) -> bool:
+        """Processing -> Pending, due after ``delay_seconds``. ``attempts``: the job's attempt
+        history with this attempt added (None: kept as it is)."""
 
         groups, params = fence_params(lease.worker_id, [lease], self.dialect)
         params["retry_delay"] = float(delay_seconds)
+        if attempts is not None:
+            params["attempts"] = attempts
 
         def work(c: Connection) -> bool:
-            rows = c.execute(st.retry_statement(groups), params).all()
+            rows = c.execute(st.retry_statement(groups, attempts is not None), params).all()
             bump_stats(c, st.RETRIED, Counter(r[0] for r in rows))
             return bool(rows)
 

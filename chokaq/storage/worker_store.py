@@ -155,11 +155,11 @@ class WorkerStore:
             moved |= await self.call(self.storage.archived_already, missing)
         return moved
 
-    async def fail(self, lease: Lease, reason: FailureReason, details: str | None) -> bool:
-        return await self.call(self.storage.fail, lease, reason, details)
+    async def fail(self, lease: Lease, reason: FailureReason, details: str | None, attempts: str) -> bool:
+        return await self.call(self.storage.fail, lease, reason, details, attempts)
 
-    async def retry(self, lease: Lease, delay: float) -> bool:
-        return await self.call(self.storage.retry, lease, delay)
+    async def retry(self, lease: Lease, delay: float, attempts: str) -> bool:
+        return await self.call(self.storage.retry, lease, delay, attempts)
 
     async def reschedule(self, leases: Sequence[Lease]) -> list[str]:
         return await self.call(self.storage.reschedule, self.worker_id, leases)

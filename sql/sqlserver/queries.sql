@@ -5,12 +5,12 @@
 -- name: claim
 -- Pending -> Fetched: up to 20 due jobs of every queue, in claim order
 WITH c AS
-(SELECT TOP 20 chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[IdempotencyKey], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[Status], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[LastUpdatedUtc], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[ZombieRetry]
+(SELECT TOP 20 chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[IdempotencyKey], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[Status], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[LastUpdatedUtc], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[ZombieRetry], chokaq.[JobsHot].[Attempts]
 FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)
 WHERE chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[ScheduledAtUtc] <= SYSUTCDATETIME() AND NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:claim_skip AS NVARCHAR(max)))) AND (chokaq.[JobsHot].[Queue] NOT IN (SELECT chokaq.[Queues].[Name]
 FROM chokaq.[Queues]
 WHERE chokaq.[Queues].[IsPaused] = 1 OR chokaq.[Queues].[MaxWorkers] IS NOT NULL)) ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc])
-UPDATE c SET [Status]=1, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry]
+UPDATE c SET [Status]=1, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry], inserted.[Attempts]
 GO
 
 -- name: claim_queues
@@ -28,22 +28,22 @@ FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)
 WHERE chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[ScheduledAtUtc] <= SYSUTCDATETIME() AND NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:claim_skip AS NVARCHAR(max)))) AND chokaq.[JobsHot].[Queue] = :claim_queue_1 AND (chokaq.[JobsHot].[Queue] NOT IN (SELECT chokaq.[Queues].[Name]
 FROM chokaq.[Queues]
 WHERE chokaq.[Queues].[IsPaused] = 1 OR chokaq.[Queues].[MaxWorkers] IS NOT NULL)) ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc]) AS q1) AS u ORDER BY u.[Priority] DESC, u.[ScheduledAtUtc], u.[CreatedAtUtc]), c AS
-(SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[IdempotencyKey], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[Status], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[LastUpdatedUtc], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[ZombieRetry]
+(SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[IdempotencyKey], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[Status], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[LastUpdatedUtc], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[ZombieRetry], chokaq.[JobsHot].[Attempts]
 FROM chokaq.[JobsHot]
 WHERE chokaq.[JobsHot].[Id] IN (SELECT pick.[Id]
 FROM pick))
-UPDATE c SET [Status]=1, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry]
+UPDATE c SET [Status]=1, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry], inserted.[Attempts]
 GO
 
 -- name: claim_and_start
 -- Pending -> Processing at once, for a worker with idle slots
 WITH c AS
-(SELECT TOP 20 chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[IdempotencyKey], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[Status], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[LastUpdatedUtc], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[ZombieRetry]
+(SELECT TOP 20 chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[IdempotencyKey], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[Status], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[LastUpdatedUtc], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[ZombieRetry], chokaq.[JobsHot].[Attempts]
 FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)
 WHERE chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[ScheduledAtUtc] <= SYSUTCDATETIME() AND NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:claim_skip AS NVARCHAR(max)))) AND (chokaq.[JobsHot].[Queue] NOT IN (SELECT chokaq.[Queues].[Name]
 FROM chokaq.[Queues]
 WHERE chokaq.[Queues].[IsPaused] = 1 OR chokaq.[Queues].[MaxWorkers] IS NOT NULL)) ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc])
-UPDATE c SET [Status]=2, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME(), [AttemptCount]=c.[AttemptCount] + 1, [StartedAtUtc]=SYSUTCDATETIME(), [HeartbeatUtc]=SYSUTCDATETIME(), [ZombieRetry]=CASE WHEN c.[Type] IN (SELECT CAST([value] AS NVARCHAR(255)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:zombie_types AS NVARCHAR(max)))) THEN 1 ELSE 0 END OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry]
+UPDATE c SET [Status]=2, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME(), [AttemptCount]=c.[AttemptCount] + 1, [StartedAtUtc]=SYSUTCDATETIME(), [HeartbeatUtc]=SYSUTCDATETIME(), [ZombieRetry]=CASE WHEN c.[Type] IN (SELECT CAST([value] AS NVARCHAR(255)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:zombie_types AS NVARCHAR(max)))) THEN 1 ELSE 0 END OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry], inserted.[Attempts]
 GO
 
 -- name: start
@@ -64,8 +64,8 @@ SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, [Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2);
 BEGIN TRANSACTION;
-INSERT INTO chokaq.[JobsArchive] ([Id], [Queue], [Type], [Payload], [Tags], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [StartedAtUtc], [FinishedAtUtc], [DurationMs], [ScheduledAtUtc]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
-SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], SYSUTCDATETIME() AS anon_1, CAST(JSON_VALUE(CAST(:durations AS NVARCHAR(max)), CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT) AS anon_2, chokaq.[JobsHot].[ScheduledAtUtc]
+INSERT INTO chokaq.[JobsArchive] ([Id], [Queue], [Type], [Payload], [Tags], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [StartedAtUtc], [FinishedAtUtc], [DurationMs], [ScheduledAtUtc], [Attempts]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
+SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], SYSUTCDATETIME() AS anon_1, CAST(JSON_VALUE(CAST(:durations AS NVARCHAR(max)), CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT) AS anon_2, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[Attempts]
 FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK), (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease
 WHERE chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt] AND chokaq.[JobsHot].[Status] + 0 = 2 AND chokaq.[JobsHot].[WorkerId] = :fence_worker;
 DELETE h FROM chokaq.[JobsHot] AS h JOIN @moved AS m ON m.[Id] = h.[Id];
@@ -78,13 +78,13 @@ SELECT [Id], [Queue] FROM @moved
 GO
 
 -- name: fail
--- Processing -> JobsDLQ, and FailedTotal, in one round trip (fenced)
+-- Processing -> JobsDLQ with its attempt history, and FailedTotal, in one round trip (fenced)
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, [Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2);
 BEGIN TRANSACTION;
-INSERT INTO chokaq.[JobsDLQ] ([Id], [Queue], [Type], [Payload], [Tags], [FailureReason], [ErrorDetails], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [FailedAtUtc], [HeartbeatUtc], [StartedAtUtc]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
-SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], :failure_reason AS anon_1, :error_details AS anon_2, chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], SYSUTCDATETIME() AS anon_3, chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[StartedAtUtc]
+INSERT INTO chokaq.[JobsDLQ] ([Id], [Queue], [Type], [Payload], [Tags], [FailureReason], [ErrorDetails], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [FailedAtUtc], [HeartbeatUtc], [StartedAtUtc], [Attempts]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
+SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], :failure_reason AS anon_1, :error_details AS anon_2, chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], SYSUTCDATETIME() AS anon_3, chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[StartedAtUtc], :attempts AS anon_4
 FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK), (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease
 WHERE chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt] AND chokaq.[JobsHot].[Status] + 0 = 2 AND chokaq.[JobsHot].[WorkerId] = :fence_worker;
 DELETE h FROM chokaq.[JobsHot] AS h JOIN @moved AS m ON m.[Id] = h.[Id];
@@ -97,8 +97,8 @@ SELECT [Id], [Queue] FROM @moved
 GO
 
 -- name: retry
--- Processing -> Pending, due after the retry delay (fenced); then counter_bump
-UPDATE chokaq.[JobsHot] SET [Status]=0, [WorkerId]=NULL, [HeartbeatUtc]=NULL, [ScheduledAtUtc]=DATEADD(SECOND, CAST(FLOOR(CAST(:retry_delay AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:retry_delay AS FLOAT)) - FLOOR(CAST(:retry_delay AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME())), [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Queue] FROM chokaq.[JobsHot], (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease WHERE chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt] AND chokaq.[JobsHot].[Status] + 0 = 2 AND chokaq.[JobsHot].[WorkerId] = :fence_worker
+-- Processing -> Pending, due after the retry delay, with its attempt history (fenced); then counter_bump
+UPDATE chokaq.[JobsHot] SET [Status]=0, [WorkerId]=NULL, [HeartbeatUtc]=NULL, [ScheduledAtUtc]=DATEADD(SECOND, CAST(FLOOR(CAST(:retry_delay AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:retry_delay AS FLOAT)) - FLOOR(CAST(:retry_delay AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME())), [LastUpdatedUtc]=SYSUTCDATETIME(), [Attempts]=:attempts OUTPUT inserted.[Queue] FROM chokaq.[JobsHot], (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease WHERE chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt] AND chokaq.[JobsHot].[Status] + 0 = 2 AND chokaq.[JobsHot].[WorkerId] = :fence_worker
 GO
 
 -- name: counter_bump
@@ -156,8 +156,8 @@ SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, [Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2);
 BEGIN TRANSACTION;
-INSERT INTO chokaq.[JobsDLQ] ([Id], [Queue], [Type], [Payload], [Tags], [FailureReason], [ErrorDetails], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [FailedAtUtc], [HeartbeatUtc], [StartedAtUtc]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
-SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], 2, 'Zombie detected: heartbeat expired (last heartbeat ' + coalesce(CAST(chokaq.[JobsHot].[HeartbeatUtc] AS VARCHAR(40)), 'never') + ' UTC, worker ' + coalesce(chokaq.[JobsHot].[WorkerId], 'unknown') + ', attempt ' + CAST(chokaq.[JobsHot].[AttemptCount] AS VARCHAR(12)) + ')' AS anon_1, chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], SYSUTCDATETIME() AS anon_2, chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[StartedAtUtc]
+INSERT INTO chokaq.[JobsDLQ] ([Id], [Queue], [Type], [Payload], [Tags], [FailureReason], [ErrorDetails], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [FailedAtUtc], [HeartbeatUtc], [StartedAtUtc], [Attempts]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
+SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], 2, 'Zombie detected: heartbeat expired (last heartbeat ' + coalesce(CAST(chokaq.[JobsHot].[HeartbeatUtc] AS VARCHAR(40)), 'never') + ' UTC, worker ' + coalesce(chokaq.[JobsHot].[WorkerId], 'unknown') + ', attempt ' + CAST(chokaq.[JobsHot].[AttemptCount] AS VARCHAR(12)) + ')' AS anon_1, chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], SYSUTCDATETIME() AS anon_2, chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[Attempts]
 FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK)
 WHERE chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:zombie_ids AS NVARCHAR(max)))) AND chokaq.[JobsHot].[Status] = 2 AND coalesce(chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[LastUpdatedUtc]) < DATEADD(SECOND, CAST(FLOOR(-coalesce((SELECT chokaq.[Queues].[ZombieTimeoutSeconds]
 FROM chokaq.[Queues]

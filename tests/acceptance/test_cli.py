@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from chokaq.storage.migrations import MIGRATIONS
 from tests.acceptance.conftest import ROOT, run_cli
 
 
 def test_upgrade_enqueue_show_sweep(sqlite_url: str) -> None:
     up = run_cli(sqlite_url, "db", "upgrade")
     assert up.returncode == 0, up.stderr
-    assert json.loads(up.stdout) == {"applied": [1, 2, 3, 4], "dialect": "sqlite"}
+    assert json.loads(up.stdout) == {"applied": [v for v, _, _ in MIGRATIONS], "dialect": "sqlite"}
     again = run_cli(sqlite_url, "db", "upgrade")
     assert json.loads(again.stdout)["applied"] == []
 

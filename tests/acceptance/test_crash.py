@@ -58,8 +58,12 @@ def test_sigkill_while_a_handler_runs_leaves_a_zombie_for_the_sweep(db_url: str,
     assert job is not None and job.location is Location.DLQ
     assert job.failure_reason == FailureReason.ZOMBIE and "heartbeat expired" in (job.error_details or "")
     assert counts(s) == {"archive": 0, "dlq": 1}
-    shown = run_cli(db_url, "job", "show", job_id)
-    assert json.loads(shown.stdout)["failure_reason"] == "Zombie"
+    shown = json.loads(run_cli(db_url, "job", "show", job_id).stdout)
+    assert shown["failure_reason"] == "Zombie"
+    # The attempt the crash cut short is on the record, with the worker that was running it.
+    (lost,) = shown["attempts"]
+    assert (lost["attempt"], lost["outcome"], lost["reason"]) == (1, "worker lost", "Zombie")
+    assert lost["worker"] == job.worker_id and lost["started_utc"] and "heartbeat expired" in lost["message"]
 
 
 def test_sigkill_with_fetched_jobs_in_the_buffer(db_url: str, tmp_path: Path, workers: Any) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from chokaq.domain.models import EnqueueRequest
+from chokaq.domain.models import EnqueueRequest, Lease
 from chokaq.domain.states import Location
 from chokaq.runtime.sweeper import run_sweep
 from chokaq.storage.admin import Actor, AdminStore
@@ -317,3 +317,47 @@ def test_a_stored_bad_payload_shows_flagged_and_stays_purgeable(deck: DeckEnv, p
     dialog.get_by_test_id("confirm-ok").click()
     expect(row(page, "dlq", job)).to_have_count(0)
     assert storage.get_job(job) is None
+
+
+def test_the_inspector_lists_every_attempt_and_shows_hostile_error_text_as_text(deck: DeckEnv, page: Any) -> None:
+    """A job retried once, then lost with its worker: the inspector's attempt table has both, the
+    first with its traceback, and an error message written as markup stays text."""
+    from datetime import UTC, datetime
+
+    from chokaq.domain.attempts import ErrorParts, appended, failed_attempt
+
+    expect = _expect()
+    s = deck.app.storage
+    job_id, _ = s.enqueue(EnqueueRequest(type="noop_v1", queue="reports", payload="{}", created_by="test"))
+    (fetched,) = s.fetch("ghost-worker", 1, ["reports"])
+    s.start("ghost-worker", [fetched])
+    hostile = '<img src=x onerror="window.__pwned=1">'
+    entry = failed_attempt(
+        attempt=1,
+        outcome="retried",
+        worker="ghost-worker",
+        ended=datetime.now(UTC),
+        duration_ms=12,
+        reason=None,
+        error=ErrorParts("UpstreamTimeout", hostile, "Traceback (most recent call last):\n  File x\nUpstreamTimeout"),
+    )
+    assert s.retry(Lease(job_id, "ghost-worker", 1), 0, appended(None, entry))
+    (again,) = s.fetch("ghost-worker", 1, ["reports"])
+    s.start("ghost-worker", [again])
+    age(s, job_id, 3600)
+    assert run_sweep(s, deck.app.settings, events=deck.app.bus).archived == 1
+
+    page.goto(deck.url + "/deck/#/dlq")
+    row(page, "dlq", job_id).get_by_test_id("open-job").click()
+    history = page.get_by_test_id("inspector").get_by_test_id("insp-attempt-history")
+    rows = history.get_by_test_id("insp-attempt")
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0)).to_contain_text("retried")
+    expect(rows.nth(0)).to_contain_text(f"UpstreamTimeout: {hostile}")
+    expect(rows.nth(1)).to_contain_text("worker lost (Zombie)")
+    expect(rows.nth(1)).to_contain_text("ghost-worker")
+    rows.nth(0).get_by_text("Traceback", exact=True).click()
+    expect(rows.nth(0).locator("pre")).to_contain_text("Traceback (most recent call last)")
+    assert page.evaluate("window.__pwned") is None
+    assert history.locator("img").count() == 0
+    screenshot(page, f"{deck.db}-attempts")

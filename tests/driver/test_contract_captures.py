@@ -8,6 +8,7 @@ contract, are in test_conformance.py. Production's engine runs on a recording py
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from chokaq.domain.states import FailureReason, JobStatus, Location
 from chokaq.settings import StorageSettings
 from chokaq.storage import Storage
 from chokaq.storage.admin import Actor, AdminStore
+from chokaq.storage.migrations import MIGRATIONS
 from chokaq.storage.store import Completion
 from tests.driver.conftest import MSSQL_URL
 from tests.driver.recording import Call, Recorder
@@ -261,6 +263,27 @@ def test_a_retry_moves_the_row_then_counts_it_in_one_transaction(mssql: Storage,
     assert move.sql.startswith("UPDATE chokaq.[JobsHot]")
 
 
+HISTORY = '[{"attempt":1,"outcome":"retried","ended_utc":"2026-12-03T10:00:00+00:00","message":"Ошибка"}]'
+
+
+def test_a_retry_writes_the_attempt_history_in_its_own_update(mssql: Storage, recorder: Recorder) -> None:
+    recorder.answer(r"^UPDATE chokaq\.\[JobsHot\] SET \[Status\]=0", [("mail",)], ["Queue"])
+    recorder.answer(r"^UPDATE chokaq\.\[StatsSummary\] SET \[RetriedTotal\]", rowcount=1)
+    assert mssql.retry(LEASES[0], 2.5, HISTORY)
+    move, count = one_transaction(recorder)  # the same two statements as a retry without history
+    assert "[Attempts]=?" in move.sql and FENCE in move.sql
+    assert HISTORY in move.params[0] and size_of(move, HISTORY) == SQL_WVARCHAR
+    assert count.params == [(1, "mail")]
+
+
+def test_a_failure_writes_the_attempt_history_in_its_one_batch(mssql: Storage, recorder: Recorder) -> None:
+    recorder.answer(r"^SET NOCOUNT ON", [("01A", "default")], ["Id", "Queue"])
+    assert mssql.fail(LEASES[0], FailureReason.MAX_RETRIES_EXCEEDED, "boom", HISTORY)
+    (batch,) = recorder.round_trips()  # still one round trip: the history rides in the move
+    assert batch.sql.startswith("SET NOCOUNT ON") and "[StartedAtUtc], [Attempts]) OUTPUT inserted.[Id]" in batch.sql
+    assert batch.describes == 0 and size_of(batch, HISTORY) == SQL_WVARCHAR
+
+
 def test_a_reschedule_gives_the_attempt_back_in_one_statement(mssql: Storage, recorder: Recorder) -> None:
     recorder.answer(r"^UPDATE chokaq\.\[JobsHot\] SET \[Status\]=0", [("01A",), ("01B",)], ["Id"])
     assert mssql.reschedule("w", LEASES) == ["01A", "01B"]
@@ -347,7 +370,7 @@ def test_an_upgrade_of_a_current_schema_takes_the_lock_and_changes_nothing(mssql
     recorder.answer(r"PARSENAME\(CAST\(SERVERPROPERTY", [(16, 3, 160, "chokaq")], ["v", "e", "l", "d"])
     recorder.answer(r"sp_getapplock", [(0,)])
     recorder.answer(r"INFORMATION_SCHEMA", [("SchemaMigrations",)], ["TABLE_NAME"])
-    recorder.answer(r"FROM chokaq\.\[SchemaMigrations\]", [(1,), (2,), (3,), (4,)], ["Version"])
+    recorder.answer(r"FROM chokaq\.\[SchemaMigrations\]", [(v,) for v, _, _ in MIGRATIONS], ["Version"])
     assert mssql.upgrade() == []
     stmts = one_transaction(recorder)
     assert not [c.sql for c in stmts if re.search(r"\b(CREATE TABLE|ALTER|INSERT|DROP)\b", c.sql)]
@@ -358,7 +381,7 @@ def test_an_upgrade_of_a_current_schema_takes_the_lock_and_changes_nothing(mssql
 
 
 def test_a_resurrect_moves_the_row_then_gives_back_the_failure_count(mssql: Storage, recorder: Recorder) -> None:
-    dead = row(DLQ, "01A", FailureReason=int(FailureReason.ZOMBIE))
+    dead = row(DLQ, "01A", FailureReason=int(FailureReason.ZOMBIE), AttemptCount=3)
     recorder.answer(r"^SELECT chokaq\.\[JobsDLQ\]", [dead], columns(DLQ))
     recorder.answer(r"^DELETE FROM chokaq\.\[JobsDLQ\]", [dead], columns(DLQ))
     recorder.answer(r"^UPDATE chokaq\.\[StatsSummary\] SET \[FailedTotal\]", rowcount=1)
@@ -379,6 +402,10 @@ def test_a_resurrect_moves_the_row_then_gives_back_the_failure_count(mssql: Stor
     locked, _, insert, given_back, _, audit, _ = stmts
     assert "FROM chokaq.[JobsDLQ] WITH (UPDLOCK, ROWLOCK)" in locked.sql
     assert insert.sql.startswith("INSERT INTO chokaq.[JobsHot]") and given_back.params == [(-1, "default")]
+    # The zombie's lost attempt and the resurrect join the history, typed as Unicode text.
+    history = next(p for p in insert.params[0] if isinstance(p, str) and p.startswith("[{"))
+    assert [(e["outcome"], e.get("by")) for e in json.loads(history)] == [("worker lost", None), ("resurrected", "ops")]
+    assert size_of(insert, history) == SQL_WVARCHAR
     assert audit.sql.startswith("INSERT INTO chokaq.[AuditLog]") and "dlq.resurrect" in audit.params[0]
     assert [c.describes for c in stmts if c is not insert] == [0] * 6
     # The move into JobsHot binds the cleared HeartbeatUtc and StartedAtUtc as NULLs that

@@ -23,6 +23,30 @@ async function fetchJob(id, hint) {
   return api("GET", `/api/jobs/${encodeURIComponent(id)}`);
 }
 
+// Every attempt that did not succeed (and resurrects), oldest first: what ended it, on which worker,
+// and its error with the traceback folded away. Text goes in as text nodes: hostile messages stay inert.
+function attemptsSection(job) {
+  const entries = job.attempts || [];
+  if (!entries.length) return null;
+  const rows = entries.map((a) => h("tr", { testid: "insp-attempt" },
+    td(a.outcome === "resurrected" ? "–" : num(a.attempt), "num"),
+    td(a.outcome + (a.reason ? ` (${a.reason})` : "") + (a.by ? ` by ${a.by}` : "")),
+    td(a.worker || "–", "mono small"),
+    td(a.ended_utc ? fmtTime(a.ended_utc) : "–", "nowrap"),
+    td(a.duration_ms === null || a.duration_ms === undefined ? "–" : fmtMs(a.duration_ms), "num"),
+    td(a.message || a.error_type ? h("div", {},
+      h("span", { class: "mono small" }, [a.error_type, a.message].filter(Boolean).join(": ")),
+      a.traceback ? h("details", {}, h("summary", {}, "Traceback"),
+        h("pre", { class: "code error-details" }, a.traceback)) : null) : "–"),
+  ));
+  const dropped = entries[0].dropped_after;
+  return h("section", { class: "insp-sec", testid: "insp-attempt-history" },
+    h("h3", {}, "Attempts"),
+    dropped ? h("p", { class: "muted small" }, `${dropped} attempt(s) after the first are not kept (the first and the latest are).`) : null,
+    h("div", { class: "table-wrap" }, table(["#", "Ended as", "Worker", "Ended", "Took", "Error"], rows,
+      { testid: "insp-attempt-table" })));
+}
+
 export async function openInspector(id, hint) {
   const panel = $('[data-testid="inspector"]');
   state.insp = { id, hint, job: null, dirty: false, errors: [], message: null, audit: null, opener: document.activeElement };
@@ -210,7 +234,7 @@ function renderInspector(replaceEditor) {
           : "yes (it did not ask for zombie retries)") : "no: resurrecting may run it twice", "insp-z-idempotent"))) : null;
 
   const sections = [
-    head, msg, facts, zombieSec,
+    head, msg, facts, zombieSec, attemptsSection(job),
     job.error_details || job.location === "dlq" ? h("section", { class: "insp-sec" },
       h("h3", {}, "Error details"),
       h("pre", { class: "code error-details", tabindex: "0", testid: "insp-error", "aria-label": "Error details" },

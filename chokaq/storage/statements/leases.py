@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import exists, literal_column, null, true, update
+from sqlalchemy import bindparam, exists, literal_column, null, true, update
 from sqlalchemy.sql.dml import ReturningUpdate
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -61,14 +61,13 @@ def back_to_pending(due: ColumnElement[Any]) -> dict[str, ColumnElement[Any]]:
 
 
 @functools.lru_cache(maxsize=32)
-def retry_statement(groups: int) -> ReturningUpdate[Any]:
-    """Processing -> Pending, due ``retry_delay`` seconds from now."""
-    return (
-        update(jobs_hot)
-        .where(fence(groups, PROCESSING))
-        .values(back_to_pending(utc_offset(seconds(name="retry_delay"))))
-        .returning(jobs_hot.c.Queue)
-    )
+def retry_statement(groups: int, history: bool = False) -> ReturningUpdate[Any]:
+    """Processing -> Pending, due ``retry_delay`` seconds from now; with ``history``, the job's
+    attempt history becomes ``attempts`` (the failed attempt added by the worker)."""
+    values = back_to_pending(utc_offset(seconds(name="retry_delay")))
+    if history:
+        values["Attempts"] = bindparam("attempts", type_=jobs_hot.c.Attempts.type)
+    return update(jobs_hot).where(fence(groups, PROCESSING)).values(values).returning(jobs_hot.c.Queue)
 
 
 @functools.lru_cache(maxsize=32)

@@ -113,17 +113,21 @@ def complete_statements(groups: int) -> MoveStatements:
     return move_statements(jobs_hot, fence(groups, PROCESSING), jobs_archive, values, SUCCEEDED)
 
 
-@functools.lru_cache(maxsize=4)
-def fail_statements(groups: int = 1, details: bool = True) -> MoveStatements:
-    """Processing -> JobsDLQ for a worker's leases, with one reason (and details, if any)."""
+@functools.lru_cache(maxsize=8)
+def fail_statements(groups: int = 1, details: bool = True, history: bool = False) -> MoveStatements:
+    """Processing -> JobsDLQ for a worker's leases, with one reason (and details, if any); with
+    ``history``, the attempt history becomes ``attempts`` (the failed attempt added by the worker)."""
 
     def values(columns: Columns) -> dict[str, ColumnElement[Any]]:
-        return {
+        values: dict[str, ColumnElement[Any]] = {
             "FailedAtUtc": utcnow(),
             "FailureReason": bindparam("failure_reason", type_=jobs_dlq.c.FailureReason.type),
             # No details: NULL in the text, not a NULL parameter (see leases.release_statement).
             "ErrorDetails": bindparam("error_details", type_=jobs_dlq.c.ErrorDetails.type) if details else null(),
         }
+        if history:
+            values["Attempts"] = bindparam("attempts", type_=jobs_dlq.c.Attempts.type)
+        return values
 
     return move_statements(jobs_hot, fence(groups, PROCESSING), jobs_dlq, values, FAILED)
 
