@@ -43,6 +43,7 @@ from chokaq.runtime.outcomes import Outcome
 from chokaq.runtime.planner_statistics import refresh_statistics_forever
 from chokaq.runtime.reconcile import Reconciler
 from chokaq.runtime.running import Running
+from chokaq.runtime.schedules import fire_forever
 from chokaq.runtime.shutdown import drain
 from chokaq.runtime.slots import Slots
 from chokaq.runtime.starting import Starter
@@ -225,6 +226,8 @@ class Worker:
             # returns.
             stack.callback(self._closed)
             await self._wait_for_database()
+            # The code's schedules into the table (checked first: a bad one stops the start-up).
+            await asyncio.to_thread(self.app.sync_schedules)
             await stack.enter_async_context(self.store.on_loop())
             stack.enter_context(self._counted())
             stack.enter_context(self._sweeping())
@@ -299,6 +302,7 @@ class Worker:
         helpers.start("chokaq-finalize", self.completer.run())
         if self.outage.health_file is not None:
             helpers.start("chokaq-health", write_health_forever(self.outage))
+        helpers.start("chokaq-schedules", fire_forever(self.storage, self.settings))
         if self.settings.storage.refresh_statistics and self.storage.supports_statistics_refresh:
             slots = self.slots
             helpers.start(

@@ -12,7 +12,7 @@ from sqlalchemy import Column, Connection, Engine, Index, Integer, MetaData, Str
 from sqlalchemy.schema import CreateIndex, CreateTable, DropIndex
 
 from chokaq.storage.dialects import profile_of
-from chokaq.storage.schema import SCHEMA, jobs_archive, jobs_hot, metadata, schema_migrations
+from chokaq.storage.schema import SCHEMA, jobs_archive, jobs_hot, metadata, schedules, schema_migrations
 from chokaq.storage.sqlfuncs import utcnow
 
 
@@ -44,11 +44,17 @@ def _v4_archive_due_time(conn: Connection) -> None:
     profile_of(conn.dialect).add_column(conn, jobs_archive, jobs_archive.c.ScheduledAtUtc)
 
 
+def _v5_schedules(conn: Connection) -> None:
+    # Recurring jobs. A new table (with its index): step 1 may just have created it.
+    schedules.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial", _v1_initial),
     (2, "drop IX_JobsHot_Worker", _v2_drop_worker_index),
     (3, "SQL Server: NVARCHAR text, binary-collation keys", _v3_unicode_keys),
     (4, "JobsArchive.ScheduledAtUtc (queue wait from the due time)", _v4_archive_due_time),
+    (5, "Schedules (recurring jobs)", _v5_schedules),
 ]
 
 
