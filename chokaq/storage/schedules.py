@@ -194,12 +194,16 @@ class ScheduleStore:
         return fired
 
     def _enqueue(self, c: Connection, info: ScheduleInfo, slot: datetime | None, actor: str | None = None) -> str:
+        # The tag names the schedule and the slot (or the run-now) wherever the job goes next:
+        # the archive and the DLQ keep tags, not idempotency keys.
+        key = slot_key(info.name, slot) if slot is not None else None
         req = EnqueueRequest(
             type=info.job_type,
             payload=info.payload,
             queue=info.queue,
             priority=info.priority,
-            idempotency_key=slot_key(info.name, slot) if slot is not None else None,
+            idempotency_key=key,
+            tags=key or f"schedule:{info.name}@run-now",
             created_by=actor or f"schedule:{info.name}"[:100],
         )
         return self.storage.enqueue(req, conn=c)[0]
