@@ -89,13 +89,15 @@ def test_a_row_another_process_holds_costs_one_statement_and_the_commit(mssql: S
 
 
 def test_a_skipped_slot_moves_the_row_without_a_job(mssql: Storage, recorder: Recorder) -> None:
-    # Every slot since 1 December missed (the newest nine hours ago) under "skip": no job, and the row moves on (its last slot and job stay).
+    # Every slot since 1 December missed (the newest nine hours ago) under "skip": no job, and
+    # the row moves on (its last slot and job stay).
     old = datetime(2025, 12, 1, 3, 0)
     noon = datetime(2026, 1, 1, 12, 0)
     recorder.answer(r"WITH \(UPDLOCK", [schedule_row(MissedPolicy="skip", NextDueUtc=old, now_utc=noon)], COLUMNS)
     fired = ScheduleStore(mssql).fire("Ночной-отчёт", grace=60)
     assert fired is not None and fired.job_ids == [] and fired.dropped > 1
     lock, advance = one_transaction(recorder)
+    assert "WITH (UPDLOCK, READPAST, ROWLOCK)" in lock.sql
     assert advance.sql.startswith("UPDATE chokaq.[Schedules] SET [NextDueUtc]=? WHERE")
     assert advance.params == [(datetime(2026, 1, 2, 3, 0), "Ночной-отчёт")]
 
