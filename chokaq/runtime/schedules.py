@@ -41,19 +41,24 @@ def fire_due(storage: Storage, settings: ChokaQSettings) -> list[Fired]:
 
 async def fire_forever(storage: Storage, settings: ChokaQSettings) -> None:
     """A worker's helper: fire due schedules every Schedules.PollInterval until cancelled. A
-    failure is logged and the next poll tries again; it never stops the worker."""
+    failure is logged (once while it repeats) and the next poll tries again; it never stops the
+    worker."""
+    failing: str | None = None
     while True:
         try:
             await asyncio.to_thread(fire_due, storage, settings)
+            failing = None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if is_transient(exc):
-                log.info(
-                    "schedules: database unavailable (%s); next try in %gs",
-                    type(exc).__name__,
+            what = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+            if what != failing:
+                failing = what
+                level = logging.INFO if is_transient(exc) else logging.ERROR
+                log.log(
+                    level,
+                    "schedules: firing failed (%s); trying again every %gs",
+                    what,
                     settings.schedules.poll_interval,
                 )
-            else:
-                log.exception("schedules: firing failed")
         await asyncio.sleep(settings.schedules.poll_interval)

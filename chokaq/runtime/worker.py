@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from chokaq.domain.backoff import backoff
 from chokaq.domain.models import JobRecord, Lease
+from chokaq.domain.schedules import ScheduleError
 from chokaq.runtime.activity import Activity
 from chokaq.runtime.completer import Completer
 from chokaq.runtime.deadlines import Deadlines
@@ -226,8 +227,7 @@ class Worker:
             # returns.
             stack.callback(self._closed)
             await self._wait_for_database()
-            # The code's schedules into the table (checked first: a bad one stops the start-up).
-            await asyncio.to_thread(self.app.sync_schedules)
+            await self._sync_schedules()
             await stack.enter_async_context(self.store.on_loop())
             stack.enter_context(self._counted())
             stack.enter_context(self._sweeping())
@@ -325,6 +325,23 @@ class Worker:
     def _helper_died(self, reason: str) -> None:
         self.failure = reason
         self._begin_stop()
+
+    async def _sync_schedules(self) -> None:
+        """The code's schedules into the table. A bad schedule stops the start-up (ScheduleError);
+        a database that cannot take them now (away again, or not yet upgraded to the Schedules
+        table) does not: the worker runs its jobs, and fires the stored schedules when it can."""
+        try:
+            await asyncio.to_thread(self.app.sync_schedules)
+        except ScheduleError:
+            raise
+        except Exception as exc:
+            log.warning(
+                "worker %s: the code's schedules were not stored (%s: %s); run `chokaq db upgrade` if the "
+                "Schedules table is missing",
+                self.id,
+                type(exc).__name__,
+                str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "",
+            )
 
     async def _wait_for_database(self) -> None:
         """Start-up: wait for the database with capped backoff, one line per try, instead of

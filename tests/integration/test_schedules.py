@@ -266,3 +266,28 @@ def test_a_worker_fires_and_runs_scheduled_jobs(db_url: str) -> None:
     info = ScheduleStore(app.storage).get("every_second_v1")
     assert info.last_job_id is not None
     app.close()
+
+
+def test_a_worker_on_a_database_without_the_table_still_runs_jobs(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app(db_url, schedules={"poll_interval": 0.1})
+    app.schedule("minutely", "* * * * *", job="tick_v1")
+    app.storage.upgrade()
+    q = '"Schedules"' if app.storage.dialect == "sqlite" else 'chokaq."Schedules"'
+    with app.storage.engine.begin() as c:  # a database not yet upgraded (a rolling deploy)
+        c.execute(text(f"DROP TABLE {q}"))
+    job_id = app.enqueue("tick_v1", {})
+    worker = app.worker(concurrency=1)
+    t = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    with caplog.at_level("INFO"):
+        t.start()
+        try:
+            wait_for(lambda: (j := app.storage.get_job(job_id)) is not None and j.location.value == "archive")
+            wait_for(lambda: "schedules: firing failed" in caplog.text)
+        finally:
+            worker.stop()
+            t.join(30)
+    assert "the code's schedules were not stored" in caplog.text and "chokaq db upgrade" in caplog.text
+    assert caplog.text.count("schedules: firing failed") == 1  # once while it repeats, not every poll
+    app.close()
