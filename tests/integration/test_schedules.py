@@ -115,6 +115,7 @@ def test_a_bad_schedule_stores_nothing(app: ChokaQ) -> None:
 def test_fires_each_slot_once_with_its_key(app: ChokaQ) -> None:
     otel_memory()
     before = metric_total("chokaq.schedules.fired", schedule="minutely")
+    lags = metric_total("chokaq.schedules.lag", schedule="minutely")  # a histogram: its count
     app.schedule("minutely", "* * * * *", job="tick_v1", payload={"n": 2})
     app.sync_schedules()
     assert app.fire_schedules() == []  # not due yet
@@ -130,6 +131,7 @@ def test_fires_each_slot_once_with_its_key(app: ChokaQ) -> None:
     assert (info.last_slot_utc, info.last_job_id) == (due, fired.job_ids[0])
     assert info.next_due_utc == due + timedelta(minutes=1)
     assert metric_total("chokaq.schedules.fired", schedule="minutely") == before + 1
+    assert metric_total("chokaq.schedules.lag", schedule="minutely") == lags + 1
 
 
 def test_racing_threads_fire_each_slot_once(app: ChokaQ) -> None:
