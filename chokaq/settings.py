@@ -84,6 +84,24 @@ class RecoverySettings(BaseModel):
     processing_zombie_timeout: float = Field(default=600.0, gt=0)
 
 
+class SchedulesSettings(BaseModel):
+    """Schedules.*: recurring jobs (docs/schedules.md)."""
+
+    poll_interval: float = Field(
+        default=1.0,
+        gt=0,
+        le=3600,
+        description="Schedules.PollInterval: seconds between a worker's (or sweep loop's) looks for due schedules; "
+        "one indexed read when none is due",
+    )
+    missed_grace: float = Field(
+        default=60.0,
+        ge=0,
+        description="Schedules.MissedGrace: a slot at most this many seconds old is on time and fires; an older one "
+        "was missed, and the schedule's missed-slot policy decides",
+    )
+
+
 class StorageSettings(BaseModel):
     polling_interval: float = Field(default=1.0, gt=0)
     idle_polling_interval: float = Field(default=5.0, gt=0)
@@ -182,6 +200,7 @@ class ChokaQSettings(BaseSettings):
     storage: StorageSettings = Field(default_factory=StorageSettings)
     queues: dict[str, QueueSettings] = Field(default_factory=dict)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    schedules: SchedulesSettings = Field(default_factory=SchedulesSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
     functions: FunctionsSettings = Field(default_factory=FunctionsSettings)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -33,6 +33,8 @@ class Instruments:
     workers_active: Any
     sweeps: Any
     doorbell_rings: Any
+    schedules_fired: Any
+    schedule_lag: Any
 
 
 _instruments: Instruments | None = None
@@ -65,6 +67,12 @@ def instruments() -> Instruments:
             sweeps=m.create_counter("chokaq.recovery.sweeps", unit="{sweep}", description="recovery sweeps run"),
             doorbell_rings=m.create_counter(
                 "chokaq.doorbell.rings", unit="{ring}", description="doorbell rings by outcome (sent, failed)"
+            ),
+            schedules_fired=m.create_counter(
+                "chokaq.schedules.fired", unit="{job}", description="jobs enqueued by schedules, per schedule"
+            ),
+            schedule_lag=m.create_histogram(
+                "chokaq.schedules.lag", unit="ms", description="a schedule's slot time to its job's enqueue"
             ),
         )
     return _instruments

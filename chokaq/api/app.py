@@ -14,7 +14,16 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chokaq import __version__
-from chokaq.api import events, routes_dlq, routes_history, routes_jobs, routes_meta, routes_queues, routes_system
+from chokaq.api import (
+    events,
+    routes_dlq,
+    routes_history,
+    routes_jobs,
+    routes_meta,
+    routes_queues,
+    routes_schedules,
+    routes_system,
+)
 from chokaq.api.auth import Authenticator, AuthError
 from chokaq.api.common import PayloadInvalid
 from chokaq.api.gate import RequestGate
@@ -134,7 +143,16 @@ def create_api(chokaq_app: ChokaQ, *, dev_open: bool = False, allowed_hosts: Seq
     api.state.authenticator = authenticator
     api.state.dev_open = dev_open
     install_error_handlers(api)
-    for module in (routes_system, routes_meta, routes_history, routes_queues, routes_jobs, routes_dlq, events):
+    for module in (
+        routes_system,
+        routes_meta,
+        routes_history,
+        routes_queues,
+        routes_schedules,
+        routes_jobs,
+        routes_dlq,
+        events,
+    ):
         api.include_router(module.router)
     from chokaq.deck import mount as mount_deck
 

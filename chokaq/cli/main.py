@@ -10,11 +10,12 @@ import threading
 import click
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from chokaq.cli import admin_cmds, dev
+from chokaq.cli import admin_cmds, dev, schedule_cmds
 from chokaq.cli.common import Ctx, app_option, friendly_errors, one_line, pass_ctx
 from chokaq.domain.errors import ConfigurationError
 from chokaq.domain.payload import parse_payload_text
 from chokaq.operations.job_out import JobOut
+from chokaq.runtime.app import ChokaQ
 
 __all__ = ["Ctx", "app_option", "cli", "friendly_errors", "main", "pass_ctx"]
 
@@ -47,9 +48,11 @@ def db() -> None:
 def db_upgrade(c: Ctx) -> None:
     """Create or upgrade the schema (idempotent; safe to run concurrently)."""
     app = c.app
+    app.checked_schedules()  # a bad schedule stops here, before anything is written
     applied = app.storage.upgrade()
     app.apply_queue_settings()
-    click.echo(json.dumps({"applied": applied, "dialect": app.storage.dialect}))
+    synced = app.sync_schedules()
+    click.echo(json.dumps({"applied": applied, "dialect": app.storage.dialect, "schedules": synced}))
 
 
 @db.command("script")
@@ -86,6 +89,7 @@ def worker(c: Ctx, queues: str | None, concurrency: int | None, with_sweep: bool
     app = c.app
     if not app.handlers:
         raise ConfigurationError("no handlers registered: pass --app pkg.module:app (or set CHOKAQ_APP)")
+    app.checked_schedules()  # a bad schedule refuses to start, naming it, before any connection
     telemetry.configure("chokaq-worker")
     # No ping here: the worker waits for a database that is down (a failover) instead of exiting.
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
@@ -96,36 +100,56 @@ def worker(c: Ctx, queues: str | None, concurrency: int | None, with_sweep: bool
 
 
 @cli.command()
-@click.option("--loop", is_flag=True, help="Sweep every Recovery.ScanInterval until interrupted.")
+@click.option(
+    "--loop",
+    is_flag=True,
+    help="Sweep every Recovery.ScanInterval, and fire due schedules every Schedules.PollInterval, until interrupted.",
+)
 @app_option
 @pass_ctx
 @friendly_errors
 def sweep(c: Ctx, loop: bool) -> None:
-    """Run the recovery sweep and print {"recovered": n, "archived": m}."""
+    """Run the recovery sweep and print {"recovered": n, "archived": m}; fire the schedules due now."""
     from chokaq import telemetry
     from chokaq.runtime.sweeper import run_sweep
 
     app = c.app
+    app.checked_schedules()
     telemetry.configure("chokaq-sweep")
     # No events (run_sweep without ``events``): no stream is served from this process; the Deck
     # sees a rescue in the database counts on its next stats tick.
     try:
+        app.sync_schedules()
         if not loop:
+            app.fire_schedules()
             click.echo(json.dumps(run_sweep(app.storage, app.settings).as_dict()))
             return
-        stop = threading.Event()
-        import signal
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-        while not stop.is_set():
-            try:
-                click.echo(json.dumps(run_sweep(app.storage, app.settings).as_dict()))
-            except (OperationalError, DBAPIError) as exc:
-                click.echo(f"sweep failed: {one_line(exc)}", err=True)
-            stop.wait(app.settings.recovery.scan_interval)
+        _sweep_loop(app)
     finally:
         telemetry.shutdown()
+
+
+def _sweep_loop(app: ChokaQ) -> None:
+    """Fire due schedules every Schedules.PollInterval and sweep every Recovery.ScanInterval until
+    SIGINT or SIGTERM; a failure is one line on stderr, and the loop goes on."""
+    import signal
+    import time
+
+    from chokaq.runtime.sweeper import run_sweep
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    next_sweep = 0.0
+    while not stop.is_set():
+        try:
+            app.fire_schedules()
+            if time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + app.settings.recovery.scan_interval
+                click.echo(json.dumps(run_sweep(app.storage, app.settings).as_dict()))
+        except (OperationalError, DBAPIError) as exc:
+            click.echo(f"sweep failed: {one_line(exc)}", err=True)
+        stop.wait(min(app.settings.schedules.poll_interval, app.settings.recovery.scan_interval))
 
 
 # ---------------------------------------------------------------- jobs
@@ -225,7 +249,7 @@ def stats(c: Ctx) -> None:
 
 # Every subcommand that lives in another module, registered here by name, so that importing ``cli``
 # gives the whole command line (not only a call of main()).
-for _command in (admin_cmds.serve, admin_cmds.dlq, admin_cmds.archive, dev.dev):
+for _command in (admin_cmds.serve, admin_cmds.dlq, admin_cmds.archive, schedule_cmds.schedules, dev.dev):
     cli.add_command(_command)
 
 

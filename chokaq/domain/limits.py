@@ -15,3 +15,7 @@ MAX_WORKER_ID_LEN = 100
 MAX_BULK_IDS = 1000
 DEFAULT_PRIORITY = 10
 DEFAULT_BULK_MAX_JOBS = 100
+# Schedules: a name leaves room in the idempotency key "schedule:<name>@<slot>Z" (MAX_IDEMPOTENCY_KEY_LEN).
+MAX_SCHEDULE_NAME_LEN = 200
+MAX_CRON_LEN = 120
+MAX_TIME_ZONE_LEN = 64

@@ -21,11 +21,12 @@ from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError, NotFoundError
 from chokaq.domain.keys import check_key
 from chokaq.domain.models import EnqueueRequest, JobRecord, QueueInfo
+from chokaq.domain.schedules import ScheduleError, ScheduleInfo
 from chokaq.domain.states import FailureReason, Location
 from chokaq.operations.rules import check_zombie_timeout
 from chokaq.runtime.app import ChokaQ
 from chokaq.runtime.events import EventKind
-from chokaq.storage import Actor, AdminStore, BulkResult, JobEdit, JobFilter
+from chokaq.storage import Actor, AdminStore, BulkResult, JobEdit, JobFilter, ScheduleStore
 
 
 class QueueChanges(TypedDict, total=False):
@@ -187,3 +188,43 @@ class Operations:
         info: QueueInfo = self.store.queue_changed(name, actor, dict(changes), **changes)
         self._publish("queue.changed", actor.name, queue=name, **changes)
         return info
+
+    # ------------------------------------------------------------------ schedules
+    @property
+    def schedules(self) -> ScheduleStore:
+        return ScheduleStore(self.app.storage)
+
+    def list_schedules(self) -> list[ScheduleInfo]:
+        return self.schedules.list()
+
+    def pause_schedule(self, actor: Actor, name: str, paused: bool) -> ScheduleInfo:
+        """Pause a schedule, or resume it from its next slot after now (operator; audited)."""
+        check_key("schedule", name)
+        return self.schedules.set_paused(name, paused, actor)
+
+    def run_schedule(self, actor: Actor, name: str) -> str:
+        """Enqueue one job of the schedule now; its slots do not move (operator; audited)."""
+        check_key("schedule", name)
+        info = self.schedules.get(name)
+        job_id = self.schedules.run_now(name, actor)
+        self._publish(
+            "job.updated",
+            actor.name,
+            id=job_id,
+            queue=info.queue,
+            type=info.job_type,
+            status="Pending",
+            action="enqueued",
+        )
+        return job_id
+
+    def edit_schedule(self, actor: Actor, name: str, *, cron: str | None, tz: str | None) -> ScheduleInfo:
+        """Change the cron expression or time zone (admin; audited). Code writes its own definition
+        again at the next start-up: it stays the source of truth."""
+        check_key("schedule", name)
+        if cron is None and tz is None:
+            raise JobValidationError("nothing to change: give cron or time_zone")
+        try:
+            return self.schedules.edit(name, actor, cron=cron, tz=tz)
+        except ScheduleError as exc:  # a bad expression or zone: the caller's input, nothing stored
+            raise JobValidationError(str(exc)) from None

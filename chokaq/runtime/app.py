@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import threading
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from sqlalchemy import Connection
 
 from chokaq.domain import limits
 from chokaq.domain.models import PAYLOAD_CHECKED, EnqueueRequest, SweepResult, encode_payload
+from chokaq.domain.schedules import DEFAULT_MISSED_MAX, Fired, MissedPolicy, ScheduleError, ScheduleSpec
 from chokaq.runtime.events import EventBus
 from chokaq.runtime.handlers import Handler, JobContext
 from chokaq.runtime.worker import Worker
@@ -36,6 +38,8 @@ class ChokaQ:
     def __init__(self, settings: ChokaQSettings | None = None, **overrides: Any) -> None:
         self.settings = settings if settings is not None else load_settings(**overrides)
         self.handlers: dict[str, Handler] = {}
+        # Recurring jobs declared in code (app.schedule, @app.job(schedule=)), by name.
+        self.schedules: dict[str, ScheduleSpec] = {}
         # This app's live events (operator actions, its workers' outcomes, its sweeps): its own,
         # so that two apps in one process never see each other's.
         self.bus = EventBus()
@@ -64,8 +68,13 @@ class ChokaQ:
         retry_zombies: bool = False,
         timeout: float | None = None,
         max_attempts: int | None = None,
+        schedule: str | None = None,
+        tz: str = "UTC",
     ) -> Callable[[F], F]:
         """Register a handler for job type ``name``.
+
+        ``schedule`` (a cron expression, ``tz`` its IANA time zone): also enqueue this job with an
+        empty payload on that schedule, named after the job type (see :meth:`schedule`).
 
         ``retry_zombies=True`` (only with ``idempotent=True``) sends this handler's zombies back to
         Pending instead of the DLQ: the handler promises that running twice is harmless.
@@ -93,7 +102,77 @@ class ChokaQ:
             )
             return fn
 
+        if schedule is not None:
+            self.schedule(name, schedule, job=name, tz=tz)
         return register
+
+    def schedule(
+        self,
+        name: str,
+        cron: str,
+        *,
+        job: str,
+        payload: Any = None,
+        queue: str | None = None,
+        tz: str = "UTC",
+        priority: int = limits.DEFAULT_PRIORITY,
+        missed: MissedPolicy = "latest",
+        missed_max: int = DEFAULT_MISSED_MAX,
+    ) -> ScheduleSpec:
+        """Enqueue job type ``job`` with ``payload`` at every slot of ``cron`` (five fields, or six
+        with seconds first) in time zone ``tz``, once per slot however many processes run.
+
+        ``missed``: what happens to slots missed while nothing ran (older than Schedules.MissedGrace):
+        ``"latest"`` fires the newest once, ``"skip"`` none, ``"all"`` the newest ``missed_max``.
+        An invalid expression or zone raises :class:`ScheduleError` here; an unknown job type or a
+        payload its model refuses, when a worker or the sweep starts (:meth:`checked_schedules`).
+        """
+        if name in self.schedules:
+            raise ScheduleError(f"schedule {name!r} is already declared")
+        try:
+            text = encode_payload({} if payload is None else payload)
+        except ValueError as exc:
+            raise ScheduleError(f"schedule {name!r}: payload: {exc}") from None
+        spec = ScheduleSpec(
+            name, cron, job, text, queue, tz=tz, priority=priority, missed=missed, missed_max=missed_max
+        )
+        self.schedules[name] = spec
+        return spec
+
+    def checked_schedules(self) -> list[ScheduleSpec]:
+        """The declared schedules, each checked as its jobs will be enqueued (a registered job type,
+        the handler's payload model, field limits) and with its queue resolved; the first that
+        fails raises :class:`ScheduleError` naming it."""
+        out = []
+        for spec in self.schedules.values():
+            handler = self.handlers.get(spec.job_type)
+            if handler is None:
+                raise ScheduleError(f"schedule {spec.name!r}: no handler for job type {spec.job_type!r}")
+            try:
+                req = self.prepare(spec.job_type, spec.payload_value(), queue=spec.queue, priority=spec.priority)
+            except ValueError as exc:  # pydantic's ValidationError, JobValidationError
+                first = str(exc).strip().splitlines()
+                raise ScheduleError(
+                    f"schedule {spec.name!r}: payload refused for {spec.job_type!r}: {'; '.join(first[:3])}"
+                ) from None
+            out.append(dataclasses.replace(spec, queue=req.queue, payload=req.payload))
+        return out
+
+    def sync_schedules(self) -> dict[str, list[str]]:
+        """Check the declared schedules and upsert them into the Schedules table; rows no longer
+        declared are marked orphaned. An app without handlers (``chokaq sweep`` with no ``--app``)
+        knows nothing of the code's schedules and changes nothing."""
+        if not self.handlers:
+            return {}
+        from chokaq.storage import ScheduleStore
+
+        return ScheduleStore(self.storage).sync(self.checked_schedules())
+
+    def fire_schedules(self) -> list[Fired]:
+        """Fire the schedules due now (each slot once, whoever else fires them too)."""
+        from chokaq.runtime.schedules import fire_due
+
+        return fire_due(self.storage, self.settings)
 
     def prepare(
         self,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from chokaq.domain.backoff import backoff
 from chokaq.domain.models import JobRecord, Lease
+from chokaq.domain.schedules import ScheduleError
 from chokaq.runtime.activity import Activity
 from chokaq.runtime.completer import Completer
 from chokaq.runtime.deadlines import Deadlines
@@ -43,6 +44,7 @@ from chokaq.runtime.outcomes import Outcome
 from chokaq.runtime.planner_statistics import refresh_statistics_forever
 from chokaq.runtime.reconcile import Reconciler
 from chokaq.runtime.running import Running
+from chokaq.runtime.schedules import fire_forever
 from chokaq.runtime.shutdown import drain
 from chokaq.runtime.slots import Slots
 from chokaq.runtime.starting import Starter
@@ -225,6 +227,7 @@ class Worker:
             # returns.
             stack.callback(self._closed)
             await self._wait_for_database()
+            await self._sync_schedules()
             await stack.enter_async_context(self.store.on_loop())
             stack.enter_context(self._counted())
             stack.enter_context(self._sweeping())
@@ -299,6 +302,7 @@ class Worker:
         helpers.start("chokaq-finalize", self.completer.run())
         if self.outage.health_file is not None:
             helpers.start("chokaq-health", write_health_forever(self.outage))
+        helpers.start("chokaq-schedules", fire_forever(self.storage, self.settings))
         if self.settings.storage.refresh_statistics and self.storage.supports_statistics_refresh:
             slots = self.slots
             helpers.start(
@@ -321,6 +325,23 @@ class Worker:
     def _helper_died(self, reason: str) -> None:
         self.failure = reason
         self._begin_stop()
+
+    async def _sync_schedules(self) -> None:
+        """The code's schedules into the table. A bad schedule stops the start-up (ScheduleError);
+        a database that cannot take them now (away again, or not yet upgraded to the Schedules
+        table) does not: the worker runs its jobs, and fires the stored schedules when it can."""
+        try:
+            await asyncio.to_thread(self.app.sync_schedules)
+        except ScheduleError:
+            raise
+        except Exception as exc:
+            log.warning(
+                "worker %s: the code's schedules were not stored (%s: %s); run `chokaq db upgrade` if the "
+                "Schedules table is missing",
+                self.id,
+                type(exc).__name__,
+                str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "",
+            )
 
     async def _wait_for_database(self) -> None:
         """Start-up: wait for the database with capped backoff, one line per try, instead of

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from chokaq.storage.history import WAIT_BASIS, WINDOWS, load_history
     from chokaq.storage.migrations import render_script
     from chokaq.storage.queries import render_queries
+    from chokaq.storage.schedules import ScheduleStore
 
 __all__ = [
     "WAIT_BASIS",
@@ -47,6 +48,7 @@ __all__ = [
     "Completion",
     "JobEdit",
     "JobFilter",
+    "ScheduleStore",
     "StartResult",
     "Storage",
     "Take",
@@ -70,6 +72,7 @@ _LAZY = {
     "load_history": "chokaq.storage.history",
     "render_script": "chokaq.storage.migrations",
     "render_queries": "chokaq.storage.queries",
+    "ScheduleStore": "chokaq.storage.schedules",
 }
 
 

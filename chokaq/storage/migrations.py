@@ -12,7 +12,7 @@ from sqlalchemy import Column, Connection, Engine, Index, Integer, MetaData, Str
 from sqlalchemy.schema import CreateIndex, CreateTable, DropIndex
 
 from chokaq.storage.dialects import profile_of
-from chokaq.storage.schema import SCHEMA, jobs_archive, jobs_dlq, jobs_hot, metadata, schema_migrations
+from chokaq.storage.schema import SCHEMA, jobs_archive, jobs_dlq, jobs_hot, metadata, schedules, schema_migrations
 from chokaq.storage.sqlfuncs import utcnow
 
 
@@ -44,6 +44,11 @@ def _v4_archive_due_time(conn: Connection) -> None:
     profile_of(conn.dialect).add_column(conn, jobs_archive, jobs_archive.c.ScheduledAtUtc)
 
 
+def _v5_schedules(conn: Connection) -> None:
+    # Recurring jobs. A new table (with its index): step 1 may just have created it.
+    schedules.create(conn, checkfirst=True)
+
+
 def _v6_attempt_history(conn: Connection) -> None:
     # Each failed attempt's entry travels with the job: a nullable text column on the three job
     # tables (older jobs simply have no history). "If missing", as for step 4.
@@ -57,6 +62,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (2, "drop IX_JobsHot_Worker", _v2_drop_worker_index),
     (3, "SQL Server: NVARCHAR text, binary-collation keys", _v3_unicode_keys),
     (4, "JobsArchive.ScheduledAtUtc (queue wait from the due time)", _v4_archive_due_time),
+    (5, "Schedules (recurring jobs)", _v5_schedules),
     (6, "Attempts on JobsHot, JobsArchive and JobsDLQ (the attempt history)", _v6_attempt_history),
 ]
 

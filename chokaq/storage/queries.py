@@ -16,6 +16,7 @@ from sqlalchemy.sql.elements import ClauseElement
 from chokaq.settings import ExecutionSettings, RecoverySettings, RetrySettings, StorageSettings
 from chokaq.storage import statements as st
 from chokaq.storage.dialects import PROFILES, Profile
+from chokaq.storage.statements import schedules as sch
 
 
 def _profile(name: str) -> Profile:
@@ -73,6 +74,12 @@ def statements(dialect_name: str) -> list[tuple[str, str, ClauseElement]]:
         ("sweep_retry", "sweep: expired heartbeats of ZombieRetry jobs -> Pending, one batch", sweep.retry),
         ("sweep_zombie_ids", "sweep: the ids of expired jobs bound for the DLQ, one batch", sweep.zombie_ids),
         ("sweep_zombies", "sweep: those jobs -> JobsDLQ inside the database, and FailedTotal", move(sweep.zombies)),
+        ("schedules_due", "schedules: the names of the rows due now (every Schedules.PollInterval, no lock)",
+         sch.due_names_statement()),
+        ("schedule_lock", "schedules: one due row locked for its firing, skipped when another process holds it",
+         sch.lock_due_statement()),
+        ("schedule_advance", "schedules: the row moved to its next slot, after the slot's job was enqueued "
+         "(with its idempotency key) in the same transaction", sch.advance_statement(True)),
     ]  # fmt: skip
 
 

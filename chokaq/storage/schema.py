@@ -277,3 +277,32 @@ audit_log = Table(
 )
 Index("IX_AuditLog_AtUtc", audit_log.c.AtUtc)
 Index("IX_AuditLog_Actor", audit_log.c.Actor, audit_log.c.AtUtc)
+
+# Recurring jobs (docs/schedules.md). Code declares them and upserts its rows at start-up; a row
+# whose schedule left the code is marked orphaned and fires no more. NextDueUtc is the next slot;
+# the firing transaction locks the row, enqueues that slot's job and moves NextDueUtc on, together.
+schedules = Table(
+    "Schedules",
+    metadata,
+    Column("Name", Key(limits.MAX_SCHEDULE_NAME_LEN), primary_key=True),
+    Column("JobType", Key(limits.MAX_TYPE_LEN), nullable=False),
+    Column("Queue", Key(limits.MAX_QUEUE_LEN), nullable=False),
+    Column("Payload", LongText, nullable=False),
+    Column("Priority", Integer, nullable=False, server_default=text("10")),
+    Column("Cron", String(limits.MAX_CRON_LEN), nullable=False),
+    Column("TimeZone", String(limits.MAX_TIME_ZONE_LEN), nullable=False),
+    Column("MissedPolicy", String(10), nullable=False),
+    Column("MissedMax", Integer, nullable=False),
+    Column("NextDueUtc", UtcTime, nullable=False),
+    Column("LastSlotUtc", UtcTime),
+    Column("LastFiredUtc", UtcTime),
+    Column("LastJobId", IdKey(limits.MAX_JOB_ID_LEN)),
+    Column("IsPaused", Flag, nullable=False, server_default=false()),
+    Column("IsOrphaned", Flag, nullable=False, server_default=false()),
+    Column("CreatedAtUtc", UtcTime, nullable=False),
+    Column("CreatedBy", Unicode(limits.MAX_ACTOR_LEN)),
+    Column("LastUpdatedUtc", UtcTime, nullable=False),
+    Column("LastModifiedBy", Unicode(limits.MAX_ACTOR_LEN)),
+)
+# The firing processes' one read: which rows are due.
+Index("IX_Schedules_NextDue", schedules.c.NextDueUtc)

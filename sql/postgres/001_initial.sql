@@ -94,6 +94,29 @@ CREATE TABLE chokaq."Queues" (
 	"LastUpdatedUtc" TIMESTAMP WITHOUT TIME ZONE NOT NULL, 
 	PRIMARY KEY ("Name")
 );
+CREATE TABLE chokaq."Schedules" (
+	"Name" VARCHAR(200) NOT NULL, 
+	"JobType" VARCHAR(255) NOT NULL, 
+	"Queue" VARCHAR(255) NOT NULL, 
+	"Payload" TEXT NOT NULL, 
+	"Priority" INTEGER DEFAULT 10 NOT NULL, 
+	"Cron" VARCHAR(120) NOT NULL, 
+	"TimeZone" VARCHAR(64) NOT NULL, 
+	"MissedPolicy" VARCHAR(10) NOT NULL, 
+	"MissedMax" INTEGER NOT NULL, 
+	"NextDueUtc" TIMESTAMP WITHOUT TIME ZONE NOT NULL, 
+	"LastSlotUtc" TIMESTAMP WITHOUT TIME ZONE, 
+	"LastFiredUtc" TIMESTAMP WITHOUT TIME ZONE, 
+	"LastJobId" VARCHAR(50), 
+	"IsPaused" BOOLEAN DEFAULT false NOT NULL, 
+	"IsOrphaned" BOOLEAN DEFAULT false NOT NULL, 
+	"CreatedAtUtc" TIMESTAMP WITHOUT TIME ZONE NOT NULL, 
+	"CreatedBy" VARCHAR(100), 
+	"LastUpdatedUtc" TIMESTAMP WITHOUT TIME ZONE NOT NULL, 
+	"LastModifiedBy" VARCHAR(100), 
+	PRIMARY KEY ("Name")
+);
+CREATE INDEX "IX_Schedules_NextDue" ON chokaq."Schedules" ("NextDueUtc");
 CREATE TABLE chokaq."SchemaMigrations" (
 	"Version" INTEGER NOT NULL, 
 	"Name" VARCHAR(200) NOT NULL, 
@@ -112,4 +135,5 @@ INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALU
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (2, 'drop IX_JobsHot_Worker', (now() AT TIME ZONE 'UTC'));
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (3, 'SQL Server: NVARCHAR text, binary-collation keys', (now() AT TIME ZONE 'UTC'));
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (4, 'JobsArchive.ScheduledAtUtc (queue wait from the due time)', (now() AT TIME ZONE 'UTC'));
+INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (5, 'Schedules (recurring jobs)', (now() AT TIME ZONE 'UTC'));
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (6, 'Attempts on JobsHot, JobsArchive and JobsDLQ (the attempt history)', (now() AT TIME ZONE 'UTC'));

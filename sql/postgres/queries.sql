@@ -127,3 +127,19 @@ counted AS
 FROM moved GROUP BY moved."Queue" ORDER BY moved."Queue" ON CONFLICT ("Queue") DO UPDATE SET "FailedTotal" = "StatsSummary"."FailedTotal" + excluded."FailedTotal", "LastActivityUtc" = excluded."LastActivityUtc" )
  SELECT moved."Id", moved."Queue"
 FROM moved;
+
+-- name: schedules_due
+-- schedules: the names of the rows due now (every Schedules.PollInterval, no lock)
+SELECT chokaq."Schedules"."Name"
+FROM chokaq."Schedules"
+WHERE chokaq."Schedules"."NextDueUtc" <= (clock_timestamp() AT TIME ZONE 'UTC') AND chokaq."Schedules"."IsPaused" = false AND chokaq."Schedules"."IsOrphaned" = false ORDER BY chokaq."Schedules"."NextDueUtc", chokaq."Schedules"."Name";
+
+-- name: schedule_lock
+-- schedules: one due row locked for its firing, skipped when another process holds it
+SELECT chokaq."Schedules"."Name", chokaq."Schedules"."JobType", chokaq."Schedules"."Queue", chokaq."Schedules"."Payload", chokaq."Schedules"."Priority", chokaq."Schedules"."Cron", chokaq."Schedules"."TimeZone", chokaq."Schedules"."MissedPolicy", chokaq."Schedules"."MissedMax", chokaq."Schedules"."NextDueUtc", chokaq."Schedules"."LastSlotUtc", chokaq."Schedules"."LastFiredUtc", chokaq."Schedules"."LastJobId", chokaq."Schedules"."IsPaused", chokaq."Schedules"."IsOrphaned", chokaq."Schedules"."CreatedAtUtc", chokaq."Schedules"."CreatedBy", chokaq."Schedules"."LastUpdatedUtc", chokaq."Schedules"."LastModifiedBy", (clock_timestamp() AT TIME ZONE 'UTC') AS now_utc
+FROM chokaq."Schedules"
+WHERE chokaq."Schedules"."Name" = :sched_name::VARCHAR AND chokaq."Schedules"."NextDueUtc" <= (clock_timestamp() AT TIME ZONE 'UTC') AND chokaq."Schedules"."IsPaused" = false AND chokaq."Schedules"."IsOrphaned" = false FOR UPDATE OF "Schedules" SKIP LOCKED;
+
+-- name: schedule_advance
+-- schedules: the row moved to its next slot, after the slot's job was enqueued (with its idempotency key) in the same transaction
+UPDATE chokaq."Schedules" SET "NextDueUtc"=:next_due::TIMESTAMP WITHOUT TIME ZONE, "LastSlotUtc"=:last_slot::TIMESTAMP WITHOUT TIME ZONE, "LastFiredUtc"=(clock_timestamp() AT TIME ZONE 'UTC'), "LastJobId"=:last_job::VARCHAR WHERE chokaq."Schedules"."Name" = :sched_name::VARCHAR;

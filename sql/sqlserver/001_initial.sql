@@ -122,6 +122,31 @@ CREATE TABLE chokaq.[Queues] (
 	PRIMARY KEY ([Name])
 )
 GO
+CREATE TABLE chokaq.[Schedules] (
+	[Name] NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NOT NULL, 
+	[JobType] NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL, 
+	[Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL, 
+	[Payload] NVARCHAR(max) NOT NULL, 
+	[Priority] INTEGER NOT NULL DEFAULT 10, 
+	[Cron] VARCHAR(120) NOT NULL, 
+	[TimeZone] VARCHAR(64) NOT NULL, 
+	[MissedPolicy] VARCHAR(10) NOT NULL, 
+	[MissedMax] INTEGER NOT NULL, 
+	[NextDueUtc] DATETIME2(7) NOT NULL, 
+	[LastSlotUtc] DATETIME2(7) NULL, 
+	[LastFiredUtc] DATETIME2(7) NULL, 
+	[LastJobId] VARCHAR(50) COLLATE Latin1_General_100_BIN2 NULL, 
+	[IsPaused] BIT NOT NULL DEFAULT 0, 
+	[IsOrphaned] BIT NOT NULL DEFAULT 0, 
+	[CreatedAtUtc] DATETIME2(7) NOT NULL, 
+	[CreatedBy] NVARCHAR(100) NULL, 
+	[LastUpdatedUtc] DATETIME2(7) NOT NULL, 
+	[LastModifiedBy] NVARCHAR(100) NULL, 
+	PRIMARY KEY ([Name])
+)
+GO
+CREATE INDEX [IX_Schedules_NextDue] ON chokaq.[Schedules] ([NextDueUtc])
+GO
 CREATE TABLE chokaq.[SchemaMigrations] (
 	[Version] INTEGER NOT NULL, 
 	[Name] VARCHAR(200) NOT NULL, 
@@ -145,6 +170,8 @@ GO
 INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (3, 'SQL Server: NVARCHAR text, binary-collation keys', SYSUTCDATETIME())
 GO
 INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (4, 'JobsArchive.ScheduledAtUtc (queue wait from the due time)', SYSUTCDATETIME())
+GO
+INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (5, 'Schedules (recurring jobs)', SYSUTCDATETIME())
 GO
 INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (6, 'Attempts on JobsHot, JobsArchive and JobsDLQ (the attempt history)', SYSUTCDATETIME())
 GO

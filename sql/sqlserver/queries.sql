@@ -174,3 +174,22 @@ SET XACT_ABORT OFF;
 SET NOCOUNT OFF;
 SELECT [Id], [Queue] FROM @moved
 GO
+
+-- name: schedules_due
+-- schedules: the names of the rows due now (every Schedules.PollInterval, no lock)
+SELECT chokaq.[Schedules].[Name]
+FROM chokaq.[Schedules]
+WHERE chokaq.[Schedules].[NextDueUtc] <= SYSUTCDATETIME() AND chokaq.[Schedules].[IsPaused] = 0 AND chokaq.[Schedules].[IsOrphaned] = 0 ORDER BY chokaq.[Schedules].[NextDueUtc], chokaq.[Schedules].[Name]
+GO
+
+-- name: schedule_lock
+-- schedules: one due row locked for its firing, skipped when another process holds it
+SELECT chokaq.[Schedules].[Name], chokaq.[Schedules].[JobType], chokaq.[Schedules].[Queue], chokaq.[Schedules].[Payload], chokaq.[Schedules].[Priority], chokaq.[Schedules].[Cron], chokaq.[Schedules].[TimeZone], chokaq.[Schedules].[MissedPolicy], chokaq.[Schedules].[MissedMax], chokaq.[Schedules].[NextDueUtc], chokaq.[Schedules].[LastSlotUtc], chokaq.[Schedules].[LastFiredUtc], chokaq.[Schedules].[LastJobId], chokaq.[Schedules].[IsPaused], chokaq.[Schedules].[IsOrphaned], chokaq.[Schedules].[CreatedAtUtc], chokaq.[Schedules].[CreatedBy], chokaq.[Schedules].[LastUpdatedUtc], chokaq.[Schedules].[LastModifiedBy], SYSUTCDATETIME() AS now_utc
+FROM chokaq.[Schedules] WITH (UPDLOCK, READPAST, ROWLOCK)
+WHERE chokaq.[Schedules].[Name] = :sched_name AND chokaq.[Schedules].[NextDueUtc] <= SYSUTCDATETIME() AND chokaq.[Schedules].[IsPaused] = 0 AND chokaq.[Schedules].[IsOrphaned] = 0
+GO
+
+-- name: schedule_advance
+-- schedules: the row moved to its next slot, after the slot's job was enqueued (with its idempotency key) in the same transaction
+UPDATE chokaq.[Schedules] SET [NextDueUtc]=:next_due, [LastSlotUtc]=:last_slot, [LastFiredUtc]=SYSUTCDATETIME(), [LastJobId]=:last_job WHERE chokaq.[Schedules].[Name] = :sched_name
+GO

@@ -12,7 +12,7 @@ from tests.acceptance.conftest import ROOT, run_cli
 def test_upgrade_enqueue_show_sweep(sqlite_url: str) -> None:
     up = run_cli(sqlite_url, "db", "upgrade")
     assert up.returncode == 0, up.stderr
-    assert json.loads(up.stdout) == {"applied": [v for v, _, _ in MIGRATIONS], "dialect": "sqlite"}
+    assert json.loads(up.stdout) == {"applied": [v for v, _, _ in MIGRATIONS], "dialect": "sqlite", "schedules": {}}
     again = run_cli(sqlite_url, "db", "upgrade")
     assert json.loads(again.stdout)["applied"] == []
 

@@ -13,7 +13,9 @@ from fastapi.testclient import TestClient
 
 from chokaq import ChokaQ
 from chokaq.api import create_api
+from chokaq.domain.schedules import ScheduleSpec
 from chokaq.operations.job_out import JobOut
+from chokaq.storage import ScheduleStore
 from tests.api.helpers import HEADERS, enqueue, make_app, make_dead
 
 ROLES = ["anonymous", "viewer", "operator", "admin"]
@@ -47,6 +49,11 @@ ROUTES: list[tuple[str, str, str, Any, str, int]] = [
     ("purge_dry", "POST", "/api/dlq/purge", {"filter": {"queue": "default"}, "dry_run": True}, "admin", 200),
     ("archive_purge", "POST", "/api/archive/purge", {"older_than": "2000-01-01T00:00:00Z"}, "admin", 200),
     ("audit", "GET", "/api/audit", None, "viewer", 200),
+    ("schedules", "GET", "/api/schedules", None, "viewer", 200),
+    ("schedule_pause", "POST", "/api/schedules/default/pause", None, "operator", 200),
+    ("schedule_resume", "POST", "/api/schedules/default/resume", None, "operator", 200),
+    ("schedule_run", "POST", "/api/schedules/default/run", None, "operator", 200),
+    ("schedule_edit", "PATCH", "/api/schedules/default", {"cron": "0 4 * * *"}, "admin", 200),
     ("events_recent", "GET", "/api/events/recent", None, "viewer", 200),
     ("events_stream", "GET", "/api/events?max_events=1", None, "viewer", 200),
 ]
@@ -64,6 +71,10 @@ MUTATING = {
     "resurrect_bulk",
     "purge",
     "archive_purge",
+    "schedule_pause",
+    "schedule_resume",
+    "schedule_run",
+    "schedule_edit",
 }
 
 
@@ -71,6 +82,7 @@ MUTATING = {
 def env(sqlite_url: str) -> Iterator[tuple[ChokaQ, TestClient, dict[str, str]]]:
     app = make_app(sqlite_url)
     ids = {"P": enqueue(app.storage), "D": make_dead(app.storage, 1)[0]}
+    ScheduleStore(app.storage).sync([ScheduleSpec("default", "0 3 * * *", "t", queue="default")])
     with TestClient(create_api(app)) as client:
         yield app, client, ids
     app.close()
@@ -92,6 +104,7 @@ def _snapshot(app: ChokaQ, ids: dict[str, str]) -> Any:
         [JobOut.from_record(s.get_job(i)).model_dump() for i in ids.values()],  # type: ignore[arg-type]
         [(q.name, q.is_paused) for q in s.list_queues()],
         [(x.queue, x.pending, x.dlq_size) for x in s.queue_stats()],
+        ScheduleStore(s).list(),
     )
 
 

@@ -150,6 +150,34 @@ def test_sweep_timer_moves_zombie_to_dlq_and_releases_abandoned(fapp: ChokaQ) ->
     assert failed_total(s, "z") == 1
 
 
+def test_sweep_timer_stores_and_fires_the_codes_schedules(fapp: ChokaQ) -> None:
+
+    from sqlalchemy import update
+
+    from chokaq.storage import ScheduleStore
+    from chokaq.storage.schema import schedules
+
+    fapp.schedule("every-minute", "* * * * *", job="ok_v1", payload={"n": 7})
+    sweep = functions_of(build_function_app(fapp, environ={}))["sweep"].get_user_function()
+    sweep(TimerRequest())  # the first run in this host process stores the code's schedules
+    store = ScheduleStore(fapp.storage)
+    assert store.get("every-minute").last_job_id is None
+
+    def make_due(c: Any) -> Any:  # its slot came (no sleeping): NextDueUtc back to this minute
+        due = fapp.storage.db_now(c).replace(second=0, microsecond=0)
+        c.execute(update(schedules).values(NextDueUtc=due))
+        return due
+
+    due = fapp.storage.write(make_due)
+    sweep(TimerRequest())
+    info = store.get("every-minute")
+    assert info.last_slot_utc == due and info.last_job_id is not None
+    job = fapp.storage.get_job(info.last_job_id)
+    assert job is not None and (job.queue, job.payload) == ("work", '{"n":7}')
+    sweep(TimerRequest())  # the same slot never twice
+    assert store.get("every-minute").last_job_id == info.last_job_id
+
+
 def test_retention_timer_purges_old_archive(fapp: ChokaQ) -> None:
     s = fapp.storage
     ids = make_archived(s, 4)

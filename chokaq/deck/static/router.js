@@ -6,8 +6,9 @@ import { loadAudit } from "./views/audit.js";
 import { loadList } from "./views/lists.js";
 import { loadOverview } from "./views/overview.js";
 import { loadQueues } from "./views/queues.js";
+import { loadSchedules } from "./views/schedules.js";
 
-const VIEWS = ["overview", "queues", "hot", "archive", "dlq", "audit"];
+const VIEWS = ["overview", "queues", "schedules", "hot", "archive", "dlq", "audit"];
 
 export function route() {
   const parts = location.hash.replace(/^#\/?/, "").split(/[?]/)[0].split("/");
@@ -31,6 +32,7 @@ export async function refreshView() {
   const v = state.view;
   if (v === "overview") return loadOverview();
   if (v === "queues") return loadQueues();
+  if (v === "schedules") return loadSchedules();
   if (v === "hot" || v === "archive" || v === "dlq") return loadList(v);
   if (v === "audit") return loadAudit();
   return undefined;

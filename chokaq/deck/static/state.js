@@ -10,6 +10,7 @@ export const state = {
   stats: null,
   statsSig: "",
   queues: [],
+  schedulesSig: "",
   lists: {},
   audit: { filters: {}, page: 1, page_size: null, data: null }, // page_size: /api/meta's default
   insp: null, // {id, job, schema, audit, dirty, errors}
