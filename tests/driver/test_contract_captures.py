@@ -380,6 +380,24 @@ def test_an_upgrade_of_a_current_schema_takes_the_lock_and_changes_nothing(mssql
     assert "PARSENAME" in words[0] and lifted < lock and words[-1] == "SET LOCK_TIMEOUT 30000"
 
 
+def test_migration_6_adds_the_attempt_history_column_to_the_three_job_tables(
+    mssql: Storage, recorder: Recorder
+) -> None:
+    recorder.answer(r"PARSENAME\(CAST\(SERVERPROPERTY", [(16, 3, 160, "chokaq")], ["v", "e", "l", "d"])
+    recorder.answer(r"sp_getapplock", [(0,)])
+    recorder.answer(r"INFORMATION_SCHEMA", [("SchemaMigrations",)], ["TABLE_NAME"])
+    recorder.answer(r"FROM chokaq\.\[SchemaMigrations\]", [(v,) for v in range(1, 6)], ["Version"])
+    assert mssql.upgrade() == [6]
+    stmts = one_transaction(recorder)
+    adds = [c.sql for c in stmts if "ALTER TABLE" in c.sql]
+    assert adds == [
+        f"IF COL_LENGTH('chokaq.{t}', 'Attempts') IS NULL ALTER TABLE chokaq.[{t}] ADD [Attempts] NVARCHAR(max) NULL"
+        for t in ("JobsHot", "JobsArchive", "JobsDLQ")
+    ]
+    (record,) = [c for c in stmts if c.sql.startswith("INSERT INTO chokaq.[SchemaMigrations]")]
+    assert record.params[0][0] == 6
+
+
 def test_a_resurrect_moves_the_row_then_gives_back_the_failure_count(mssql: Storage, recorder: Recorder) -> None:
     dead = row(DLQ, "01A", FailureReason=int(FailureReason.ZOMBIE), AttemptCount=3)
     recorder.answer(r"^SELECT chokaq\.\[JobsDLQ\]", [dead], columns(DLQ))
