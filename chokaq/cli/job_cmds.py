@@ -1,5 +1,6 @@
-"""``chokaq job ...``: operator actions on one hot job (reschedule). Through the operations
-service, audited with ``--actor`` in the admin role, as the dlq commands are."""
+"""``chokaq job reschedule``: an operator's action on one hot job (main.py's ``job`` group holds
+it beside ``job show``). Through the operations service, audited with ``--actor`` in the admin
+role, as the dlq commands are."""
 
 from __future__ import annotations
 
@@ -14,11 +15,6 @@ from chokaq.domain.errors import JobValidationError
 from chokaq.operations.job_out import JobOut
 
 
-@click.group()
-def job() -> None:
-    """Act on one job in the hot table."""
-
-
 def _parse_at(text: str) -> datetime:
     try:
         return datetime.fromisoformat(text)
@@ -26,7 +22,7 @@ def _parse_at(text: str) -> datetime:
         raise JobValidationError(f"--at {text!r} is not an ISO time such as 2026-12-24T08:00+01:00") from None
 
 
-@job.command("reschedule")
+@click.command("reschedule")
 @click.argument("job_id")
 @click.option("--at", "at_text", help="When to run it: an ISO time with its offset (2026-12-24T08:00+01:00, ...Z).")
 @click.option("--now", is_flag=True, help="Run it now (as soon as a worker is free).")

@@ -171,7 +171,7 @@ def enqueue(
 
 @cli.group()
 def job() -> None:
-    """Inspect jobs wherever they are."""
+    """Inspect jobs wherever they are; reschedule a Pending one."""
 
 
 @job.command("show")
@@ -225,8 +225,9 @@ def stats(c: Ctx) -> None:
 
 # Every subcommand that lives in another module, registered here by name, so that importing ``cli``
 # gives the whole command line (not only a call of main()).
-for _command in (admin_cmds.serve, admin_cmds.dlq, admin_cmds.archive, job_cmds.job, dev.dev):
+for _command in (admin_cmds.serve, admin_cmds.dlq, admin_cmds.archive, dev.dev):
     cli.add_command(_command)
+job.add_command(job_cmds.job_reschedule)
 
 
 def main() -> None:
