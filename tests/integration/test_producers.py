@@ -258,3 +258,33 @@ def test_the_sync_enqueue_would_block_the_loop_so_the_async_test_can_fail(app: C
     asyncio.run(main())
     app.storage.fault_injector = None
     assert timed_out and timed_out[0]
+
+
+def test_concurrent_batches_sharing_keys_store_each_key_once(app: ChokaQ) -> None:
+    """Two producers send batches with overlapping keys at once: the INSERT that meets the other's
+    key rolls its batch back and plans it again, so each key is stored once, both calls answer
+    its one id, and exactly one of them says it created it."""
+    send = register(app)
+    send.enqueue(Email(to="warm"))  # the queue row
+    start = threading.Barrier(2)
+    results: dict[int, list[Enqueued]] = {}
+
+    def produce(offset: int) -> None:
+        reqs = [send.prepare(Email(to=str(n)), idempotency_key=f"k{n}") for n in range(offset, offset + 300)]
+        start.wait()
+        results[offset] = app.enqueue_many(reqs)
+
+    threads = [threading.Thread(target=produce, args=(offset,)) for offset in (0, 150)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids: dict[int, set[str]] = {}
+    created: dict[int, int] = {}
+    for offset, out in results.items():
+        assert len(out) == 300
+        for n, e in enumerate(out, offset):
+            ids.setdefault(n, set()).add(e.id)
+            created[n] = created.get(n, 0) + e.created
+    assert all(len(v) == 1 for v in ids.values()) and all(c == 1 for c in created.values())
+    assert stored(app) == 451
