@@ -70,3 +70,21 @@ def test_an_enqueue_at_a_time_binds_it_and_is_one_round_trip(mssql: Storage, rec
     (call,) = recorder.round_trips()
     assert call.sql.startswith("INSERT INTO chokaq.[JobsHot]") and "DATEADD" not in call.sql
     assert later in call.params[0] and call.describes == 0
+
+
+def test_a_bulk_enqueue_on_the_callers_connection_leaves_the_transaction_to_it(
+    mssql: Storage, recorder: Recorder
+) -> None:
+    mssql.queue_cache.confirm(["default"])
+    with mssql.engine.connect() as conn:
+        recorder.clear()
+        trans = conn.begin()
+        out = mssql.enqueue_all([EnqueueRequest(type="t"), EnqueueRequest(type="t")], conn=conn)
+        assert [e.created for e in out] == [True, True]
+        # Its own savepoint (a key race rolls back only that), no commit of its own.
+        assert [c.kind for c in recorder.calls if c.kind in ("commit", "rollback")] == []
+        sql = [c.sql for c in recorder.statements]
+        save = next(i for i, text in enumerate(sql) if text.startswith("SAVE TRANSACTION"))
+        assert sql[save + 1].startswith("INSERT INTO chokaq.[JobsHot]")
+        trans.rollback()
+    assert [c.kind for c in recorder.calls if c.kind in ("commit", "rollback")][:1] == ["rollback"]
