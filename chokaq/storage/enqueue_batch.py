@@ -19,7 +19,7 @@ A replay after a lost reply asks, as the one-job path does, whether its first at
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -40,7 +40,7 @@ from chokaq.storage.statements.enqueue import (
 from chokaq.storage.transactions import Transactions
 from chokaq.storage.wakeups import Wakeups, notify
 
-# Plans again after a concurrent producer took one of the batch's keys; more in a row is a bug.
+# Plans again after a concurrent producer took one of the batch's keys; more in a row raise.
 KEY_RACES = 5
 
 
@@ -125,23 +125,25 @@ class BatchEnqueuer:
                     return seen.last
             return self._store(c, reqs, ids, seen)
 
-        for _ in range(KEY_RACES):
+        result = self._written(work, seen, keyed=any(r.idempotency_key for r in reqs))
+        self.queue_cache.confirm({r.queue for r in reqs})
+        self._announce(reqs)
+        return result
+
+    def _written(self, work: Callable[[Connection], list[Enqueued]], seen: _Attempts, *, keyed: bool) -> list[Enqueued]:
+        """``work`` in a write transaction, planned again (up to KEY_RACES times) when a concurrent
+        producer took one of its keys; the last such error is raised."""
+        for race in range(1, KEY_RACES + 1):
             try:
-                result = self.tx.write(work, op="enqueue_many")
-                break
+                return self.tx.write(work, op="enqueue_many")
             except IntegrityError:
                 if seen.replayed and seen.created and self._committed(seen.created[0]):
                     # A lost attempt still running on the server committed after the replay's check.
                     assert seen.last is not None
-                    result = seen.last
-                    break
-                if not any(r.idempotency_key for r in reqs):
+                    return seen.last
+                if not keyed or race == KEY_RACES:
                     raise
-        else:
-            raise RuntimeError("enqueue_many: idempotency keys kept being taken by concurrent producers")
-        self.queue_cache.confirm({r.queue for r in reqs})
-        self._announce(reqs)
-        return result
+        raise AssertionError("unreachable")
 
     def _committed(self, job_id: str) -> bool:
         return bool(self.tx.read(lambda c: stored_among(c, [job_id]), op="enqueue_many"))
@@ -149,14 +151,14 @@ class BatchEnqueuer:
     def _in_callers_transaction(self, c: Connection, reqs: Sequence[EnqueueRequest], ids: list[str]) -> list[Enqueued]:
         """Inside the caller's transaction: a key race rolls back only a savepoint, then plans again.
         No wake-ups: the caller's commit is not ours to see (NOTIFY still rides on it)."""
-        for _ in range(KEY_RACES):
+        for race in range(1, KEY_RACES + 1):
             try:
                 with c.begin_nested():
                     return self._store(c, reqs, ids, _Attempts())
             except IntegrityError:
-                if not any(r.idempotency_key for r in reqs):
+                if not any(r.idempotency_key for r in reqs) or race == KEY_RACES:
                     raise
-        raise RuntimeError("enqueue_many: idempotency keys kept being taken by concurrent producers")
+        raise AssertionError("unreachable")
 
     def _plan(self, c: Connection, reqs: Sequence[EnqueueRequest], ids: list[str]) -> list[Enqueued]:
         """Each job's result: its own id (to be stored), or the id a live job or an earlier job of
