@@ -15,11 +15,12 @@ from chokaq.domain.errors import JobValidationError
 from chokaq.operations.job_out import JobOut
 
 
-def _parse_at(text: str) -> datetime:
+def parse_at(text: str) -> datetime:
     try:
         return datetime.fromisoformat(text)
     except ValueError:
         raise JobValidationError(f"--at {text!r} is not an ISO time such as 2026-12-24T08:00+01:00") from None
+    # An ISO time without an offset parses naive: prepare and reschedule refuse it by name.
 
 
 @click.command("reschedule")
@@ -33,6 +34,6 @@ def job_reschedule(c: Ctx, job_id: str, at_text: str | None, now: bool, actor: s
     """Move a Pending job's due time (--at) or make it due now (--now)."""
     if now == (at_text is not None):
         raise JobValidationError("give --at TIME or --now (one of them)")
-    at = None if at_text is None else _parse_at(at_text)
+    at = None if at_text is None else parse_at(at_text)
     rec = c.operations.reschedule(_actor(actor), job_id, at)
     click.echo(json.dumps(JobOut.from_record(rec).model_dump(mode="json"), indent=2))

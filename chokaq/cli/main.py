@@ -135,6 +135,9 @@ def sweep(c: Ctx, loop: bool) -> None:
 @click.option("--queue", default=None, help="Queue (default: the handler's queue, else 'default').")
 @click.option("--priority", type=int, default=10, show_default=True, help="Higher runs first.")
 @click.option("--delay", type=float, default=0.0, help="Seconds before the job is due.")
+@click.option(
+    "--at", "at_text", default=None, help="Or: when it is due, an ISO time with its offset (...+01:00, ...Z)."
+)
 @click.option("--idempotency-key", default=None)
 @click.option("--tags", default=None)
 @click.option("--created-by", default=None, help="Recorded as CreatedBy.")
@@ -148,6 +151,7 @@ def enqueue(
     queue: str | None,
     priority: int,
     delay: float,
+    at_text: str | None,
     idempotency_key: str | None,
     tags: str | None,
     created_by: str | None,
@@ -161,6 +165,7 @@ def enqueue(
         queue=queue,
         priority=priority,
         delay=delay,
+        at=None if at_text is None else job_cmds.parse_at(at_text),
         tags=tags,
         idempotency_key=idempotency_key,
         created_by=created_by,

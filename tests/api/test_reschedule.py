@@ -175,3 +175,14 @@ def test_a_reschedule_races_a_workers_claim_and_exactly_one_wins(app: ChokaQ) ->
             assert outcome == ["conflict"] and claimed == [job_id] and rec.status.name == "FETCHED"
             app.storage.release("w", [rec.lease])
         ops.cancel(ME, [job_id])  # out of the way for the next round
+
+
+def test_the_cli_enqueues_at_a_time(app: ChokaQ, db_url: str) -> None:
+    at = ahead(10)
+    r = CliRunner().invoke(cli, ["--db", db_url, "enqueue", "t", "--at", at.isoformat()], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    rec = app.storage.get_job(r.stdout.strip())
+    assert rec is not None and rec.scheduled_at_utc is not None
+    assert rec.scheduled_at_utc.isoformat().startswith(utc(at))
+    naive = CliRunner().invoke(cli, ["--db", db_url, "enqueue", "t", "--at", "2027-01-01T08:00"])
+    assert naive.exit_code == 2 and "timezone-aware" in naive.stderr
