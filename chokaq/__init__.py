@@ -1,18 +1,22 @@
 """chokaq: SQL-backed background jobs with heartbeats, zombie rescue and a safe DLQ workflow."""
 
 from chokaq.domain.errors import ConflictError, FatalError, JobValidationError, NotFoundError, ThrottledError
+from chokaq.domain.models import Enqueued
 from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.runtime.app import ChokaQ
 from chokaq.runtime.handlers import JobContext
+from chokaq.runtime.job_handle import JobHandle
 from chokaq.settings import ChokaQSettings, load_settings
 
 __all__ = [
     "ChokaQ",
     "ChokaQSettings",
     "ConflictError",
+    "Enqueued",
     "FailureReason",
     "FatalError",
     "JobContext",
+    "JobHandle",
     "JobStatus",
     "JobValidationError",
     "NotFoundError",

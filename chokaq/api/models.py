@@ -6,7 +6,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictBool,
+    StrictInt,
+    model_validator,
+)
 
 from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError
@@ -187,8 +197,22 @@ class EnqueueIn(_In):
     queue: QueueName | None = Field(default=None, description="default: the handler's queue, else 'default'")
     priority: Priority = limits.DEFAULT_PRIORITY
     delay_seconds: StrictFloat = Field(default=0.0, ge=0, le=366 * 86400)
+    at: AwareDatetime | None = Field(
+        default=None, description="run at this time (ISO 8601 with its offset); not with delay_seconds"
+    )
     tags: Tags | None = None
     idempotency_key: Annotated[Text, Field(min_length=1, max_length=limits.MAX_IDEMPOTENCY_KEY_LEN)] | None = None
+
+
+class RescheduleIn(_In):
+    at: AwareDatetime | None = Field(default=None, description="the new due time (ISO 8601 with its offset)")
+    now: StrictBool = Field(default=False, description="or: due now")
+
+    @model_validator(mode="after")
+    def _one_time(self) -> RescheduleIn:
+        if self.now == (self.at is not None):
+            raise ValueError('give "at" (a time with its offset) or "now": true, one of them')
+        return self
 
 
 class EnqueueOut(BaseModel):

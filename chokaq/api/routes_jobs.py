@@ -1,4 +1,4 @@
-"""Jobs in the hot table and the archive: enqueue, show, list, edit Pending, cancel."""
+"""Jobs in the hot table and the archive: enqueue, show, list, edit Pending, reschedule, cancel."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from chokaq.api.models import (
     JobOut,
     JobPageOut,
     QueueName,
+    RescheduleIn,
     Tags,
     Text,
     TypeName,
@@ -64,6 +65,7 @@ def enqueue(request: Request, response: Response, body: EnqueueIn, who: Operator
             queue=body.queue,
             priority=body.priority,
             delay=body.delay_seconds,
+            at=body.at,
             tags=body.tags,
             idempotency_key=body.idempotency_key,
             created_by=who.name[: limits.MAX_ACTOR_LEN],
@@ -148,3 +150,10 @@ def edit_job(request: Request, job_id: JobIdPath, body: JobEditIn, who: Operator
     text = edited_payload(chokaq_app(request), rec.type, body, who)
     edit = JobEdit(payload=text, tags=body.tags, priority=body.priority, force=body.force)
     return JobOut.from_record(ops.edit_pending(actor(who), job_id, edit))
+
+
+@router.post("/{job_id}/reschedule", response_model=JobOut, responses={**ERRORS, **NOT_FOUND, **CONFLICT})
+def reschedule_job(request: Request, job_id: JobIdPath, body: RescheduleIn, who: Operator) -> JobOut:
+    """Move a Pending job's due time (``at``) or make it due now (``now``); 409 once a worker owns it."""
+    rec = operations(request).reschedule(actor(who), check_job_id(job_id), body.at)
+    return JobOut.from_record(rec)

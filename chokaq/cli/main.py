@@ -10,7 +10,7 @@ import threading
 import click
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from chokaq.cli import admin_cmds, dev, schedule_cmds
+from chokaq.cli import admin_cmds, dev, job_cmds, schedule_cmds
 from chokaq.cli.common import Ctx, app_option, friendly_errors, one_line, pass_ctx
 from chokaq.domain.errors import ConfigurationError
 from chokaq.domain.payload import parse_payload_text
@@ -159,6 +159,9 @@ def _sweep_loop(app: ChokaQ) -> None:
 @click.option("--queue", default=None, help="Queue (default: the handler's queue, else 'default').")
 @click.option("--priority", type=int, default=10, show_default=True, help="Higher runs first.")
 @click.option("--delay", type=float, default=0.0, help="Seconds before the job is due.")
+@click.option(
+    "--at", "at_text", default=None, help="Or: when it is due, an ISO time with its offset (...+01:00, ...Z)."
+)
 @click.option("--idempotency-key", default=None)
 @click.option("--tags", default=None)
 @click.option("--created-by", default=None, help="Recorded as CreatedBy.")
@@ -172,6 +175,7 @@ def enqueue(
     queue: str | None,
     priority: int,
     delay: float,
+    at_text: str | None,
     idempotency_key: str | None,
     tags: str | None,
     created_by: str | None,
@@ -185,6 +189,7 @@ def enqueue(
         queue=queue,
         priority=priority,
         delay=delay,
+        at=None if at_text is None else job_cmds.parse_at(at_text),
         tags=tags,
         idempotency_key=idempotency_key,
         created_by=created_by,
@@ -195,7 +200,7 @@ def enqueue(
 
 @cli.group()
 def job() -> None:
-    """Inspect jobs wherever they are."""
+    """Inspect jobs wherever they are; reschedule a Pending one."""
 
 
 @job.command("show")
@@ -251,6 +256,7 @@ def stats(c: Ctx) -> None:
 # gives the whole command line (not only a call of main()).
 for _command in (admin_cmds.serve, admin_cmds.dlq, admin_cmds.archive, schedule_cmds.schedules, dev.dev):
     cli.add_command(_command)
+job.add_command(job_cmds.job_reschedule)
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from chokaq.domain import limits
 from chokaq.domain.keys import check_key
@@ -31,6 +31,8 @@ class EnqueueRequest(BaseModel):
     queue: str = Field(default="default", min_length=1, max_length=limits.MAX_QUEUE_LEN)
     priority: int = Field(default=limits.DEFAULT_PRIORITY, ge=-1_000_000, le=1_000_000)
     delay_seconds: float = Field(default=0.0, ge=0, le=366 * 86400)
+    # Due at this instant instead (naive UTC, see chokaq.domain.when); exclusive with a delay.
+    scheduled_at: datetime | None = None
     tags: str | None = Field(default=None, max_length=limits.MAX_TAGS_LEN)
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=limits.MAX_IDEMPOTENCY_KEY_LEN)
     created_by: str | None = Field(default=None, max_length=limits.MAX_ACTOR_LEN)
@@ -49,6 +51,24 @@ class EnqueueRequest(BaseModel):
     @classmethod
     def _keys_have_no_edge_whitespace(cls, value: str | None, info: ValidationInfo) -> str | None:
         return None if value is None else check_key(str(info.field_name), value)
+
+    @model_validator(mode="after")
+    def _one_due_time(self) -> EnqueueRequest:
+        if self.scheduled_at is not None:
+            if self.delay_seconds:
+                raise ValueError("give a delay or a time to run at, not both")
+            if self.scheduled_at.tzinfo is not None:
+                raise ValueError("scheduled_at is naive UTC (see chokaq.domain.when.utc_naive)")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """One job of an enqueue: its id, and whether this call stored it (False: an idempotency key
+    met a live job already stored under it, whose id this is)."""
+
+    id: str
+    created: bool
 
 
 @dataclass(frozen=True, slots=True)

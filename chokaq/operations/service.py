@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypedDict
 
 from chokaq.domain import limits
@@ -23,6 +23,7 @@ from chokaq.domain.keys import check_key
 from chokaq.domain.models import EnqueueRequest, JobRecord, QueueInfo
 from chokaq.domain.schedules import ScheduleError, ScheduleInfo
 from chokaq.domain.states import FailureReason, Location
+from chokaq.domain.when import check_ahead, utc_naive
 from chokaq.operations.rules import check_zombie_timeout
 from chokaq.runtime.app import ChokaQ
 from chokaq.runtime.events import EventKind
@@ -113,6 +114,16 @@ class Operations:
     def edit_pending(self, actor: Actor, job_id: str, edit: JobEdit) -> JobRecord:
         out = self.store.edit_pending(job_id, edit, actor)
         self._publish("job.updated", actor.name, id=job_id, queue=out.queue, status="Pending", action="edited")
+        return out
+
+    def reschedule(self, actor: Actor, job_id: str, at: datetime | None) -> JobRecord:
+        """A Pending job due at ``at`` (timezone-aware) instead, or now when None; ConflictError
+        once a worker owns it."""
+        due = None if at is None else utc_naive(at)
+        if due is not None:
+            check_ahead(due, datetime.now(UTC).replace(tzinfo=None))
+        out = self.store.reschedule(job_id, due, actor)
+        self._publish("job.updated", actor.name, id=job_id, queue=out.queue, status="Pending", action="rescheduled")
         return out
 
     def cancel(self, actor: Actor, ids: Sequence[str]) -> BulkResult:

@@ -6,25 +6,32 @@ import asyncio
 import dataclasses
 import inspect
 import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any, ParamSpec, TypeVar, overload
 
 from pydantic import BaseModel
 from sqlalchemy import Connection
 
 from chokaq.domain import limits
-from chokaq.domain.models import PAYLOAD_CHECKED, EnqueueRequest, SweepResult, encode_payload
+from chokaq.domain.errors import JobValidationError
+from chokaq.domain.models import PAYLOAD_CHECKED, Enqueued, EnqueueRequest, SweepResult, encode_payload
 from chokaq.domain.schedules import DEFAULT_MISSED_MAX, Fired, MissedPolicy, ScheduleError, ScheduleSpec
+from chokaq.domain.when import check_ahead, utc_naive
 from chokaq.runtime.events import EventBus
 from chokaq.runtime.handlers import Handler, JobContext
+from chokaq.runtime.job_handle import JobHandle
+from chokaq.runtime.off_loop import OffLoop
 from chokaq.runtime.worker import Worker
 from chokaq.settings import ChokaQSettings, load_settings
 from chokaq.storage import Storage
 from chokaq.telemetry import instruments
 
-__all__ = ["ChokaQ", "Handler", "JobContext"]  # the last two live in runtime.handlers; kept importable here
+__all__ = ["ChokaQ", "Handler", "JobContext", "JobHandle"]  # the last three live beside; kept importable here
 
-F = TypeVar("F", bound=Callable[..., Any])
+M = TypeVar("M", bound=BaseModel)
+Params = ParamSpec("Params")
+R = TypeVar("R")
 
 
 class ChokaQ:
@@ -33,6 +40,7 @@ class ChokaQ:
     >>> app = ChokaQ()
     >>> @app.job("email_v1", queue="notifications", payload=EmailModel)
     ... async def send(email: EmailModel, ctx: JobContext) -> None: ...
+    >>> send.enqueue(EmailModel(to="a@example.com"))
     """
 
     def __init__(self, settings: ChokaQSettings | None = None, **overrides: Any) -> None:
@@ -45,6 +53,7 @@ class ChokaQ:
         self.bus = EventBus()
         self._storage: Storage | None = None
         self._lock = threading.Lock()
+        self._off_loop = OffLoop(self.settings.storage.pool_size)
 
     @property
     def storage(self) -> Storage:
@@ -54,9 +63,40 @@ class ChokaQ:
             return self._storage
 
     def close(self) -> None:
+        self._off_loop.close()
         if self._storage is not None:
             self._storage.close()
             self._storage = None
+
+    @overload
+    def job(
+        self,
+        name: str,
+        *,
+        queue: str = "default",
+        payload: type[M],
+        idempotent: bool = False,
+        retry_zombies: bool = False,
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+        schedule: str | None = None,
+        tz: str = "UTC",
+    ) -> Callable[[Callable[Params, R]], JobHandle[M, Params, R]]: ...
+
+    @overload
+    def job(
+        self,
+        name: str,
+        *,
+        queue: str = "default",
+        payload: None = None,
+        idempotent: bool = False,
+        retry_zombies: bool = False,
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+        schedule: str | None = None,
+        tz: str = "UTC",
+    ) -> Callable[[Callable[Params, R]], JobHandle[Any, Params, R]]: ...
 
     def job(
         self,
@@ -70,8 +110,9 @@ class ChokaQ:
         max_attempts: int | None = None,
         schedule: str | None = None,
         tz: str = "UTC",
-    ) -> Callable[[F], F]:
-        """Register a handler for job type ``name``.
+    ) -> Callable[[Callable[Params, R]], JobHandle[Any, Params, R]]:
+        """Register a handler for job type ``name``; returns its typed handle (:class:`JobHandle`:
+        ``handle.enqueue(payload)``, and calling it calls the handler).
 
         ``schedule`` (a cron expression, ``tz`` its IANA time zone): also enqueue this job with an
         empty payload on that schedule, named after the job type (see :meth:`schedule`).
@@ -84,11 +125,11 @@ class ChokaQ:
         if retry_zombies and not idempotent:
             raise ValueError("retry_zombies=True needs idempotent=True: a zombie may have run already")
 
-        def register(fn: F) -> F:
+        def register(fn: Callable[Params, R]) -> JobHandle[Any, Params, R]:
             if name in self.handlers:
                 raise ValueError(f"job type {name!r} is already registered")
             params = inspect.signature(fn).parameters
-            self.handlers[name] = Handler(
+            handler = self.handlers[name] = Handler(
                 name=name,
                 fn=fn,
                 queue=queue,
@@ -100,7 +141,7 @@ class ChokaQ:
                 timeout=timeout,
                 max_attempts=max_attempts,
             )
-            return fn
+            return JobHandle(self, handler, fn)
 
         if schedule is not None:
             self.schedule(name, schedule, job=name, tz=tz)
@@ -182,15 +223,25 @@ class ChokaQ:
         queue: str | None = None,
         priority: int = limits.DEFAULT_PRIORITY,
         delay: float = 0.0,
+        at: datetime | None = None,
         tags: str | None = None,
         idempotency_key: str | None = None,
         created_by: str | None = None,
     ) -> EnqueueRequest:
         """Validate a job at the edge: the handler's payload model (pydantic ``ValidationError``),
-        JSON, size and field limits. Nothing is stored."""
+        JSON, size and field limits, ``at`` (timezone-aware, not with ``delay``). Nothing is stored."""
         handler = self.handlers.get(type)
-        if handler is not None and handler.payload_model is not None and not isinstance(payload, BaseModel):
-            payload = handler.payload_model.model_validate(payload if payload is not None else {})
+        model = handler.payload_model if handler is not None else None
+        if model is not None and not isinstance(payload, model):
+            # Another model's instance is checked as its fields, not stored as it stands.
+            fields = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
+            payload = model.model_validate(fields if fields is not None else {})
+        scheduled_at = None
+        if at is not None:
+            if delay:
+                raise JobValidationError("give delay or at, not both")
+            scheduled_at = utc_naive(at)
+            check_ahead(scheduled_at, datetime.now(UTC).replace(tzinfo=None))
         text = encode_payload({} if payload is None else payload)
         return EnqueueRequest.model_validate(
             {
@@ -199,6 +250,7 @@ class ChokaQ:
                 "queue": queue or (handler.queue if handler else "default"),
                 "priority": priority,
                 "delay_seconds": delay,
+                "scheduled_at": scheduled_at,
                 "tags": tags,
                 "idempotency_key": idempotency_key,
                 "created_by": created_by,
@@ -221,6 +273,7 @@ class ChokaQ:
         queue: str | None = None,
         priority: int = limits.DEFAULT_PRIORITY,
         delay: float = 0.0,
+        at: datetime | None = None,
         tags: str | None = None,
         idempotency_key: str | None = None,
         created_by: str | None = None,
@@ -229,7 +282,8 @@ class ChokaQ:
         """Store a job and return its id (the existing id for a live duplicate idempotency key).
 
         A registered handler's payload model validates the payload here, before it is stored.
-        Pass ``conn`` to store the job inside your own transaction.
+        Pass ``conn`` to store the job inside your own transaction. ``at``: a timezone-aware time
+        to run at, instead of ``delay`` seconds from now.
         """
         req = self.prepare(
             type,
@@ -237,11 +291,76 @@ class ChokaQ:
             queue=queue,
             priority=priority,
             delay=delay,
+            at=at,
             tags=tags,
             idempotency_key=idempotency_key,
             created_by=created_by,
         )
         return self.submit(req, conn=conn)[0]
+
+    async def submit_async(self, req: EnqueueRequest) -> tuple[str, bool]:
+        """:meth:`submit` off the event loop, on the app's producer threads (see off_loop.py)."""
+        return await self._off_loop.run(lambda: self.submit(req))
+
+    async def enqueue_async(
+        self,
+        type: str,
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        priority: int = limits.DEFAULT_PRIORITY,
+        delay: float = 0.0,
+        at: datetime | None = None,
+        tags: str | None = None,
+        idempotency_key: str | None = None,
+        created_by: str | None = None,
+    ) -> str:
+        """:meth:`enqueue` from an event loop, which it never blocks: validated here, stored on
+        the app's producer threads with the same replays (a replay never stores a job twice)."""
+        req = self.prepare(
+            type,
+            payload,
+            queue=queue,
+            priority=priority,
+            delay=delay,
+            at=at,
+            tags=tags,
+            idempotency_key=idempotency_key,
+            created_by=created_by,
+        )
+        return (await self.submit_async(req))[0]
+
+    def enqueue_many(
+        self, reqs: Iterable[EnqueueRequest], *, atomic: bool = True, conn: Connection | None = None
+    ) -> list[Enqueued]:
+        """Store prepared jobs (:meth:`prepare`, ``handle.prepare``): a result per job, in order
+        (its id; ``created=False`` when an idempotency key met a live job, whose id it is).
+
+        ``atomic`` (the default): all or none, in one transaction (``conn``: yours). Otherwise
+        one transaction per ``Storage.CleanupBatchSize`` jobs: a failure leaves the slices before
+        it stored, and raises."""
+        jobs = list(reqs)
+        if atomic or conn is not None:
+            out = self.storage.enqueue_all(jobs, conn=conn)
+        else:
+            size = self.storage.settings.cleanup_batch_size
+            out = [e for i in range(0, len(jobs), size) for e in self.storage.enqueue_all(jobs[i : i + size])]
+        self._count(jobs, out)
+        return out
+
+    async def enqueue_many_async(self, reqs: Iterable[EnqueueRequest], *, atomic: bool = True) -> list[Enqueued]:
+        """:meth:`enqueue_many` off the event loop (see :meth:`enqueue_async`)."""
+        jobs = list(reqs)
+        return await self._off_loop.run(lambda: self.enqueue_many(jobs, atomic=atomic))
+
+    @staticmethod
+    def _count(reqs: Sequence[EnqueueRequest], out: Sequence[Enqueued]) -> None:
+        counts: dict[tuple[str, str], int] = {}
+        for r, e in zip(reqs, out, strict=True):
+            if e.created:
+                counts[r.queue, r.type] = counts.get((r.queue, r.type), 0) + 1
+        for (queue, type_), n in counts.items():
+            instruments().enqueued.add(n, {"queue": queue, "type": type_})
 
     def sweep(self) -> SweepResult:
         from chokaq.runtime.sweeper import run_sweep

@@ -104,6 +104,35 @@ class AdminStore(JobListing):
 
         return self.storage.write(work, op="edit_pending")
 
+    def reschedule(self, job_id: str, at: datetime | None, actor: Actor) -> JobRecord:
+        """Move a Pending job's due time to ``at`` (naive UTC), or to now (the database's clock)
+        when None. One guarded UPDATE: a worker's claim and this race on the row, and exactly one
+        wins; a job no longer Pending is refused (ConflictError)."""
+        hot = jobs_hot.c
+
+        def work(c: Connection) -> JobRecord:
+            before = c.execute(select(hot.Status, hot.ScheduledAtUtc).where(hot.Id == job_id)).first()
+            due = utcnow() if at is None else at
+            res = c.execute(
+                update(jobs_hot)
+                .where(hot.Id == job_id, status_is(hot.Status, PENDING))
+                .values(ScheduledAtUtc=due, LastUpdatedUtc=utcnow(), LastModifiedBy=actor.name)
+            )
+            if res.rowcount != 1:
+                if before is None:
+                    self._raise_missing(c, job_id, Location.HOT)
+                raise ConflictError(f"job {job_id} is no longer Pending: a worker owns it, so it cannot be rescheduled")
+            after = hot_record(c.execute(select(jobs_hot).where(hot.Id == job_id)).one())
+            moved = {"before": before.ScheduledAtUtc if before else None, "after": after.scheduled_at_utc}
+            self.audit(c, actor, "job.reschedule", [job_id], {"scheduled_at_utc": moved, "now": at is None})
+            notify(c, after.queue)  # workers waiting for the old time look again
+            return after
+
+        rec = self.storage.write(work, op="reschedule_pending")
+        wait = 0.0 if at is None else max(0.0, (at - datetime.now(UTC).replace(tzinfo=None)).total_seconds())
+        self.storage.announce({rec.queue: wait})
+        return rec
+
     def edit_dlq(self, job_id: str, edit: JobEdit, actor: Actor) -> JobRecord:
         if edit.priority is not None:
             raise JobValidationError("priority is set when resurrecting, not on a dead job")

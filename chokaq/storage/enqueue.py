@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, false, insert, literal_column, select
@@ -24,6 +25,14 @@ from chokaq.storage.transactions import Transactions
 from chokaq.storage.wakeups import Wakeups, notify
 
 
+def due_in(req: EnqueueRequest, now: datetime | None = None) -> float:
+    """Seconds until ``req`` is due by this host's clock: a hint for wake-ups, never stored."""
+    if req.scheduled_at is None:
+        return float(req.delay_seconds)
+    now = now or datetime.now(UTC).replace(tzinfo=None)
+    return max(0.0, (req.scheduled_at - now).total_seconds())
+
+
 def new_job_id() -> str:
     # Time-ordered ids keep SQL Server's clustered primary key appending, not splitting pages.
     return str(ULID())
@@ -34,7 +43,7 @@ def bind(conn: Connection) -> Connection:
     return profile_of(conn.dialect).bind(conn)
 
 
-def _stored(c: Connection, ids: Sequence[str]) -> set[str]:
+def stored_among(c: Connection, ids: Sequence[str]) -> set[str]:
     """Which of ``ids`` are stored, in any of the three tables (one statement)."""
     return {r[0] for r in c.execute(stored_ids_statement(), {"stored_ids": list(ids)})}
 
@@ -69,7 +78,7 @@ def _insert_replayed(c: Connection, stmt: Insert, params: Any, ids: Sequence[str
         with c.begin_nested() if savepoint else contextlib.nullcontext():
             c.execute(stmt, params)
     except IntegrityError:
-        if not _stored(c, ids):
+        if not stored_among(c, ids):
             raise
         return True
     return False
@@ -95,7 +104,7 @@ class Enqueuer:
         single = conn is None and req.idempotency_key is None and self.queue_cache.knows(req.queue)
 
         def work(c: Connection) -> tuple[str, bool]:
-            if conn is None and self.tx.replaying() and _stored(c, [job_id]):
+            if conn is None and self.tx.replaying() and stored_among(c, [job_id]):
                 # The first attempt committed and its reply was lost; the job may have run and
                 # left JobsHot since, so inserting again could store it twice.
                 return job_id, True
@@ -127,7 +136,7 @@ class Enqueuer:
         else:
             result = self.tx.write(work, op="enqueue")
             self.queue_cache.confirm([req.queue])
-        self.wakeups.announce({req.queue: float(req.delay_seconds)})
+        self.wakeups.announce({req.queue: due_in(req)})
         return result
 
     def _batch_rows(
@@ -177,7 +186,7 @@ class Enqueuer:
             def work(c: Connection) -> list[str]:
                 part = reqs[start : start + size]
                 out = ids[start : start + size]
-                if self.tx.replaying() and _stored(c, out):
+                if self.tx.replaying() and stored_among(c, out):
                     # One transaction per batch: any of its ids stored means the attempt whose
                     # reply was lost committed all of it (its jobs may have run and moved on since).
                     return [keyed.get(start + i, job_id) for i, job_id in enumerate(out)]

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, select
 
 from chokaq.domain.keys import check_key
-from chokaq.domain.models import EnqueueRequest, JobRecord, Lease, QueueInfo, QueueStats, SweepResult
+from chokaq.domain.models import Enqueued, EnqueueRequest, JobRecord, Lease, QueueInfo, QueueStats, SweepResult
 from chokaq.domain.states import FailureReason, JobStatus
 from chokaq.settings import StorageSettings
 from chokaq.storage import moving, recovery
@@ -31,6 +31,7 @@ from chokaq.storage.dialects import profile_of
 from chokaq.storage.dialects.postgres_statistics import STATISTICS_MIN_AGE, StatisticsCheck
 from chokaq.storage.engine import build_engine
 from chokaq.storage.enqueue import Enqueuer, new_job_id
+from chokaq.storage.enqueue_batch import BatchEnqueuer
 from chokaq.storage.lookup import get_job_statement, record_from_union
 from chokaq.storage.loop_transport import ConnectArgs, LoopTransport, loop_supported
 from chokaq.storage.lost_replies import LostReplies
@@ -96,6 +97,7 @@ class Storage:
         self.lost_replies = LostReplies(self.tx)
         self._statistics = StatisticsCheck(self.tx)
         self._enqueuer = Enqueuer(self.tx, self.queue_cache, self.wakeups)
+        self._batches = BatchEnqueuer(self.tx, self.queue_cache, self.wakeups)
         self._claimer = Claimer(self.tx, self.queue_cache, prepare=lambda: self._statistics.keeps_plans_current)
         # What the engine connects with, for a worker's LoopTransport (PostgreSQL only).
         self._connect_args = ConnectArgs(self.engine, own=engine is None) if self.profile.loop_transport else None
@@ -208,6 +210,11 @@ class Storage:
         enqueued and the error is raised.
         """
         return self._enqueuer.enqueue_many(reqs)
+
+    def enqueue_all(self, reqs: Sequence[EnqueueRequest], *, conn: Connection | None = None) -> list[Enqueued]:
+        """Store every job or none, in one transaction (the caller's with ``conn``): a result per
+        job, in order (see enqueue_batch.py, idempotency keys included)."""
+        return self._batches.enqueue_all(reqs, conn=conn)
 
     # ------------------------------------------------------------------ fetch and start
     def fetch(

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.browser
 
 MALFORMED = '{"to": "user@example.com", "body": "Hello, World!"}'  # no subject: the handler's model refuses it
 FIXED = '{"to": "user@example.com", "subject": "Welcome!", "body": "Hello, World!"}'
-MUTATING_NAMES = re.compile(r"resurrect|purge|cancel|save|pause|resume|^set$|force", re.I)
+MUTATING_NAMES = re.compile(r"resurrect|purge|cancel|save|pause|resume|^set$|force|reschedule|run now", re.I)
 
 
 def _expect() -> Any:

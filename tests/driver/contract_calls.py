@@ -79,7 +79,9 @@ def _direct_uses(node: ast.AST) -> set[Use]:
         found.add(Use(op))
         found.update(Use(op, a) for a in _optional_arguments(owner, n.func.attr, n))
     if keyed:
-        found.update(Use(u.operation, KEYED) for u in list(found) if u.operation in ("enqueue", "enqueue_many"))
+        found.update(
+            Use(u.operation, KEYED) for u in list(found) if u.operation in ("enqueue", "enqueue_many", "enqueue_all")
+        )
     if (limited or Use("update_queue", "max_workers") in found) and Use("fetch") in found:
         found.add(Use("fetch", LIMITED))
     return found

@@ -24,6 +24,7 @@ STATEMENTS = "tests/driver/test_statements.py::"
 EXECUTOR = "tests/driver/test_executor.py::"
 BINDS = "tests/driver/test_typed_binds.py::"
 CAPTURES_HERE = "tests/driver/test_contract_captures.py::"
+BULK = "tests/driver/test_bulk_enqueue.py::"
 
 # Paths an operation takes that no argument shows (the contract reaches them through fenced-out
 # or paused cases): their capture makes the operation's call and checks the path's statements.
@@ -43,6 +44,9 @@ CAPTURES: dict[Use, tuple[str, ...]] = {
         STATEMENTS + "test_a_large_chinese_payload_is_bound_as_nvarchar_max",
         CAPTURES_HERE + "test_enqueue_many_is_one_transaction_per_batch_and_keyed_jobs_go_one_by_one",
     ),
+    Use("enqueue_all"): (BULK + "test_a_bulk_enqueue_is_one_transaction_of_bounded_typed_inserts",),
+    Use("enqueue_all", KEYED): (BULK + "test_a_bulk_enqueue_is_one_transaction_of_bounded_typed_inserts",),
+    Use("enqueue_all", "conn"): (BULK + "test_a_bulk_enqueue_on_the_callers_connection_leaves_the_transaction_to_it",),
     Use("fetch"): (STATEMENTS + "test_claim_start_heartbeat_complete_are_one_round_trip_each",),
     Use("fetch", "queue_names"): (
         STATEMENTS + "test_a_multi_queue_claim_walks_the_fetch_index_once_per_queue",

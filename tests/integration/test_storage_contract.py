@@ -348,6 +348,31 @@ def test_enqueue_joins_the_callers_transaction(storage: Storage) -> None:
     assert storage.get_job(dropped) is None
 
 
+def test_a_batch_answers_per_job_and_keys_meet_live_jobs_and_each_other(storage: Storage) -> None:
+    held = enqueue(storage, idempotency_key="held")
+    reqs = [
+        EnqueueRequest(type="t", idempotency_key="held"),
+        EnqueueRequest(type="t", idempotency_key="new"),
+        EnqueueRequest(type="t", idempotency_key="new"),
+        EnqueueRequest(type="t", tags="plain"),
+    ]
+    out = storage.enqueue_all(reqs)
+    assert [e.created for e in out] == [False, True, False, True]
+    assert out[0].id == held and out[2].id == out[1].id
+    assert counts(storage)["pending"] == 3
+
+
+def test_a_batch_joins_the_callers_transaction(storage: Storage) -> None:
+    with storage.engine.connect() as conn:
+        with conn.begin():
+            kept = storage.enqueue_all([EnqueueRequest(type="t"), EnqueueRequest(type="t")], conn=conn)
+        trans = conn.begin()
+        dropped = storage.enqueue_all([EnqueueRequest(type="t")], conn=conn)
+        trans.rollback()
+    assert all(storage.get_job(e.id) is not None for e in kept)
+    assert storage.get_job(dropped[0].id) is None
+
+
 def test_upgrade_is_idempotent(storage: Storage) -> None:
     assert storage.upgrade() == []
 

@@ -211,6 +211,7 @@ function renderInspector(replaceEditor) {
         onclick: () => inspectorSave() }, "Save"),
       button("Cancel job", () => inspectorCancel(), { kind: "btn-danger", mutating: true, testid: "insp-cancel", fkey: "insp-cancel" }));
   }
+  const reschedule = canEdit && job.location === "hot" && may("POST /api/jobs/{job_id}/reschedule") ? rescheduleRow() : null;
 
   const readOnlyNote = !canEdit ? h("p", { class: "muted small" },
     !mayEdit(job) ? `Read only: your role is ${role()}.`
@@ -251,7 +252,7 @@ function renderInspector(replaceEditor) {
           job.location === "dlq" ? "Priority on resurrect" : "Priority"), prio) : null),
       force ? h("div", { class: "check-row" }, force, h("label", { for: "insp-force" },
         "Force: store a payload the handler's model rejects (admin)")) : null,
-      errs, actions),
+      errs, actions, reschedule),
     schema ? h("section", { class: "insp-sec" },
       h("details", { testid: "insp-schema", open: canEdit && job.location === "dlq" },
         h("summary", {}, `Payload schema of ${job.type}`),
@@ -368,6 +369,32 @@ async function inspectorPurge() {
     closeInspector();
   } catch (exc) { inspMessage(`Purge failed: ${errorLines(exc).join("; ")}`, "error"); }
   scheduleRefresh(0);
+}
+
+// Move a Pending job's due time (the browser's local time, sent as an instant with its offset) or
+// make it due now. The API refuses it (409) once a worker owns the job.
+function rescheduleRow() {
+  const when = h("input", { id: "insp-at", type: "datetime-local", step: 1,
+    dataset: { testid: "insp-at", fkey: "insp-at" }, "aria-label": "Run at (your local time)" });
+  return h("div", { class: "insp-actions", testid: "insp-reschedule" },
+    h("label", { for: "insp-at" }, "Run at (local time) "), when,
+    button("Reschedule", () => inspectorReschedule(when.value), { mutating: true, testid: "insp-reschedule-at", fkey: "insp-reschedule-at" }),
+    button("Run now", () => inspectorReschedule(null), { mutating: true, testid: "insp-run-now", fkey: "insp-run-now" }));
+}
+
+function inspectorReschedule(local) {
+  const id = state.insp.job.id;
+  let body = { now: true };
+  if (local !== null) {
+    const at = new Date(local);
+    if (!local || Number.isNaN(at.getTime())) {
+      inspMessage("Pick a date and time to run at.", "error");
+      return;
+    }
+    body = { at: at.toISOString() };
+  }
+  inspectorAct(() => api("POST", `/api/jobs/${encodeURIComponent(id)}/reschedule`, body),
+    local === null ? "Due now: the next free worker takes it." : "Rescheduled.");
 }
 
 async function inspectorCancel() {

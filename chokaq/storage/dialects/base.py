@@ -70,6 +70,9 @@ class Profile:
     fetch_returning: ClassVar[bool] = False
     #: The driver prepares statements on the server when asked (``cursor.execute(prepare=)``).
     prepared_statements: ClassVar[bool] = False
+    #: Rows and parameters one multi-row INSERT may carry (a bulk enqueue splits its rows so).
+    insert_rows_max: ClassVar[int] = 1000
+    insert_params_max: ClassVar[int] = 32_000
     #: What ends one statement in a plain script.
     script_separator: ClassVar[str] = ";\n"
 

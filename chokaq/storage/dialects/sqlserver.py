@@ -36,6 +36,10 @@ class SqlServerProfile(Profile):
     moves_alone = True
     lease_rowset = True
     script_separator: ClassVar[str] = "\nGO\n"
+    # SQL Server refuses a request of more than 2,100 parameters and a VALUES list of more than
+    # 1,000 rows; 2,099 is SQLAlchemy's own bound (it keeps one free).
+    insert_rows_max: ClassVar[int] = 1000
+    insert_params_max: ClassVar[int] = 2099
     script_now: ClassVar[str] = "SYSUTCDATETIME()"
 
     def build_engine(self, url: URL, options: EngineOptions) -> Engine:
