@@ -131,7 +131,13 @@ class QueueSettings(BaseModel):
 
 
 class RetentionSettings(BaseModel):
-    archive_days: float = Field(default=30.0, gt=0)
+    archive_days: float = Field(default=30.0, gt=0, description="Retention.ArchiveDays")
+    dlq_days: float | None = Field(
+        default=None,
+        gt=0,
+        description="Retention.DlqDays: dead jobs that failed longer ago are deleted by the retention run "
+        "(the Functions timer, `chokaq retention`); unset = kept until an operator purges them",
+    )
 
 
 class AdminSettings(BaseModel):

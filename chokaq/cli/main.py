@@ -128,6 +128,19 @@ def sweep(c: Ctx, loop: bool) -> None:
         telemetry.shutdown()
 
 
+@cli.command()
+@app_option
+@pass_ctx
+@friendly_errors
+def retention(c: Ctx) -> None:
+    """Delete archived jobs older than Retention.ArchiveDays and, when Retention.DlqDays is set,
+    dead jobs older than that, in batches of Storage.CleanupBatchSize (audited as system:retention).
+    Run it from cron or a scheduler; the Functions app has a timer for it."""
+    from chokaq.operations.retention import run_retention
+
+    click.echo(json.dumps(run_retention(c.operations).as_dict()))
+
+
 # ---------------------------------------------------------------- jobs
 @cli.command()
 @click.argument("job_type")

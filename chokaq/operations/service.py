@@ -172,6 +172,15 @@ class Operations:
             )
         return deleted
 
+    def purge_dlq_older(
+        self, actor: Actor, older_than: datetime, progress: Callable[[int], object] | None = None
+    ) -> int:
+        """Delete dead jobs that failed before ``older_than`` (naive UTC), in bounded batches."""
+        deleted = self.store.purge_dlq_older(older_than, actor, progress=progress)
+        if deleted:
+            self._publish("job.purged", actor.name, location="dlq", count=deleted, older_than=older_than.isoformat())
+        return deleted
+
     # ------------------------------------------------------------------ queues
     def change_queue(self, actor: Actor, name: str, changes: QueueChanges, *, create: bool = False) -> QueueInfo:
         """Pause, limits, zombie timeout. A queue that does not exist is created only with ``create``:

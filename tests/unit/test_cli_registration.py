@@ -6,7 +6,20 @@ from __future__ import annotations
 import subprocess
 import sys
 
-EVERY_SUBCOMMAND = {"archive", "db", "dev", "dlq", "enqueue", "health", "job", "serve", "stats", "sweep", "worker"}
+EVERY_SUBCOMMAND = {
+    "archive",
+    "db",
+    "dev",
+    "dlq",
+    "enqueue",
+    "health",
+    "job",
+    "retention",
+    "serve",
+    "stats",
+    "sweep",
+    "worker",
+}
 
 
 def test_importing_cli_lists_every_subcommand() -> None:

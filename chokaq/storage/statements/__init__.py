@@ -5,7 +5,7 @@ The builders return SQLAlchemy statements (or SQL Server's shapes, from
 :mod:`chokaq.storage.queries` prints them for review.
 Modules: :mod:`.status` (Status literals), :mod:`.fence` (a worker's ownership predicate),
 :mod:`.claim`, :mod:`.leases` (start, heartbeat, release, retry, reschedule), :mod:`.moves`
-(JobsHot -> Archive/DLQ), :mod:`.counters` (StatsSummary), :mod:`.sweep`.
+(JobsHot -> Archive/DLQ), :mod:`.counters` (StatsSummary), :mod:`.sweep`, :mod:`.retention`.
 """
 
 from chokaq.storage.statements.claim import claim_statement, mssql_claim_statement, started_values
@@ -34,6 +34,7 @@ from chokaq.storage.statements.moves import (
     move_statements,
     zombie_statements,
 )
+from chokaq.storage.statements.retention import purge_older_statement
 from chokaq.storage.statements.status import FETCHED, PENDING, PROCESSING, status_in, status_is
 from chokaq.storage.statements.sweep import SweepStatements, sweep_statements
 
@@ -59,6 +60,7 @@ __all__ = [
     "heartbeat_statement",
     "move_statements",
     "mssql_claim_statement",
+    "purge_older_statement",
     "release_statement",
     "reschedule_statement",
     "retry_statement",
