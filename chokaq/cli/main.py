@@ -201,6 +201,25 @@ def job_show(c: Ctx, job_id: str) -> None:
     click.echo(json.dumps(JobOut.from_record(record).model_dump(), indent=2))
 
 
+@job.command("cancel")
+@click.argument("job_ids", nargs=-1, required=True)
+@click.option("--reason", default=None, help="Why; recorded in ErrorDetails and the audit log.")
+@click.option("--pending-only", is_flag=True, help="Skip jobs a worker holds instead of stopping them.")
+@click.option("--actor", default=None, help="Name recorded in the audit log (default cli:$USER; role: admin).")
+@app_option
+@pass_ctx
+@friendly_errors
+def job_cancel(c: Ctx, job_ids: tuple[str, ...], reason: str | None, pending_only: bool, actor: str | None) -> None:
+    """Cancel jobs: Pending ones, and running ones (Fetched, Processing) unless --pending-only. They
+    move to the DLQ as Cancelled; a running job's handler is told to stop (ctx.cancel_reason is
+    "cancelled"), at once on PostgreSQL, else at its worker's next heartbeat. Exit 1 if none was."""
+    res = c.operations.cancel(admin_cmds.actor_for(actor), list(job_ids), running=not pending_only, reason=reason)
+    click.echo(json.dumps({"cancelled": res.affected, "was_running": res.was_running, "skipped_ids": res.skipped_ids}))
+    if not res.affected:
+        click.echo("error: nothing was cancelled (finished, unknown, or held and --pending-only)", err=True)
+        sys.exit(1)
+
+
 @cli.command()
 @app_option
 @pass_ctx

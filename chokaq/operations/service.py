@@ -114,12 +114,21 @@ class Operations:
         self._publish("job.updated", actor.name, id=job_id, queue=out.queue, status="Pending", action="edited")
         return out
 
-    def cancel(self, actor: Actor, ids: Sequence[str]) -> BulkResult:
-        """Pending jobs to the DLQ as Cancelled; jobs a worker owns are skipped."""
-        res = self.store.cancel(ids, actor)
+    def cancel(
+        self, actor: Actor, ids: Sequence[str], *, running: bool = False, reason: str | None = None
+    ) -> BulkResult:
+        """Pending jobs to the DLQ as Cancelled, with who and why. Jobs a worker holds (Fetched,
+        Processing) are skipped, unless ``running``: then they go too, in the same transaction, and
+        their workers stop the handlers (at once on PostgreSQL, else at their next heartbeat)."""
+        res = self.store.cancel(ids, actor, running=running, reason=reason)
         if res.affected:
             self._publish(
-                "job.failed", actor.name, ids=res.sample_ids, count=res.affected, reason=FailureReason.CANCELLED.label
+                "job.failed",
+                actor.name,
+                ids=res.sample_ids,
+                count=res.affected,
+                reason=FailureReason.CANCELLED.label,
+                was_running=res.was_running[:20],
             )
         return res
 

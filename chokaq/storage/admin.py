@@ -17,6 +17,7 @@ from chokaq.domain.errors import ConflictError, JobValidationError, NotFoundErro
 from chokaq.domain.models import JobRecord, QueueInfo
 from chokaq.domain.states import FailureReason, JobStatus, Location
 from chokaq.storage.admin_types import Actor, BulkResult, JobEdit, JobFilter, Page, parse_snapshot, snapshot_text
+from chokaq.storage.cancel import cancel_jobs
 from chokaq.storage.listing import SORTS, TABLES, TIME_COLUMN, JobListing, contains
 from chokaq.storage.moving import bump_stats, move_rows
 from chokaq.storage.queues import UNSET, Override
@@ -341,31 +342,12 @@ class AdminStore(JobListing):
         return self._bulk("dlq.purge", ids, f, max_jobs, actor, dry_run, mover, expected_count, snapshot)
 
     # ------------------------------------------------------------------ cancel and retention
-    def cancel(self, ids: Sequence[str], actor: Actor) -> BulkResult:
-        """Pending -> DLQ as Cancelled. Jobs a worker owns are skipped and listed."""
-        if not ids:
-            raise JobValidationError("no ids given")
-        if len(ids) > limits.MAX_BULK_IDS:
-            raise JobValidationError(f"at most {limits.MAX_BULK_IDS} ids per request")
-        ids = list(dict.fromkeys(ids))
-
-        def work(c: Connection) -> BulkResult:
-            rows = move_rows(
-                c,
-                jobs_hot,
-                and_(jobs_hot.c.Id.in_(ids), status_is(jobs_hot.c.Status, PENDING)),
-                jobs_dlq,
-                _dlq_shape(FailureReason.CANCELLED, f"Cancelled by {actor.name}", actor.name),
-                {"FailedAtUtc": utcnow()},
-            )
-            bump_stats(c, FAILED, Counter(r["Queue"] for r in rows))
-            moved = [r["Id"] for r in rows]
-            if moved:
-                self.audit(c, actor, "job.cancel", moved)
-            done = set(moved)
-            return BulkResult(len(ids), len(moved), moved[:SAMPLE_IDS], skipped_ids=[i for i in ids if i not in done])
-
-        return self.storage.write(work, op="cancel")
+    def cancel(
+        self, ids: Sequence[str], actor: Actor, *, running: bool = False, reason: str | None = None
+    ) -> BulkResult:
+        """Pending jobs -> DLQ as Cancelled; with ``running``, Fetched and Processing ones too (their
+        workers stop them: see storage/cancel.py). Jobs not cancelled are skipped and listed."""
+        return cancel_jobs(self.storage, self.audit, ids, actor, running=running, reason=reason)
 
     def purge_archive(
         self,

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Column, Connection, Table
 
 from chokaq.storage.admin_types import Actor
 from chokaq.storage.statements import purge_older_statement
-from chokaq.storage.store import Storage
+
+if TYPE_CHECKING:
+    from chokaq.storage.store import Storage
 
 
 class Audit(Protocol):
