@@ -231,7 +231,7 @@ class IdsIn(_In):
 
 
 class CancelIn(IdsIn):
-    running: bool = Field(
+    running: StrictBool = Field(
         default=False,
         description="also cancel jobs a worker holds (Fetched, Processing): its handler is told to stop",
     )
