@@ -317,3 +317,43 @@ def test_a_stored_bad_payload_shows_flagged_and_stays_purgeable(deck: DeckEnv, p
     dialog.get_by_test_id("confirm-ok").click()
     expect(row(page, "dlq", job)).to_have_count(0)
     assert storage.get_job(job) is None
+
+
+def test_an_operator_cancels_a_running_job_from_the_inspector(deck: DeckEnv, page: Any) -> None:
+    expect = _expect()
+    s = deck.app.storage
+    job_id, _ = s.enqueue(EnqueueRequest(type="noop_v1", queue="reports", payload="{}", created_by="test"))
+    (fetched,) = s.fetch("ghost-worker", 1, ["reports"])  # the test worker does not serve "reports"
+    (running,) = s.start("ghost-worker", [fetched]).started
+
+    page.goto(deck.auth_url + "/deck/")
+    page.get_by_test_id("signin-token").fill(OPERATOR_TOKEN)
+    page.get_by_test_id("signin-submit").click()
+    expect(page.get_by_test_id("who")).to_have_text("otto · operator")
+    page.get_by_test_id("nav-hot").click()
+    row(page, "hot", job_id).get_by_test_id("open-job").click()
+    insp = page.get_by_test_id("inspector")
+    expect(insp.get_by_test_id("insp-worker")).to_have_text("ghost-worker")
+    assert insp.get_by_test_id("insp-cancel").count() == 0  # the Pending job's cancel is not offered
+    insp.get_by_test_id("insp-cancel-running").click()
+    dialog = page.get_by_test_id("confirm-dialog")
+    expect(dialog).to_contain_text("is Processing on worker ghost-worker")
+    # Dismissed: nothing happens.
+    dialog.get_by_test_id("confirm-cancel").click()
+    assert s.get_job(job_id).location is Location.HOT  # type: ignore[union-attr]
+    insp.get_by_test_id("insp-cancel-running").click()
+    page.get_by_test_id("confirm-reason").fill("stuck on a dead host")
+    page.get_by_test_id("confirm-ok").click()
+    expect(insp.get_by_test_id("insp-status")).to_contain_text("Cancelled: the job is in the DLQ now")
+    expect(insp.get_by_test_id("insp-reason")).to_have_text("Cancelled")
+    expect(insp.get_by_test_id("insp-error")).to_contain_text("Cancelled by otto: stuck on a dead host")
+    expect(insp.get_by_test_id("insp-error")).to_contain_text("It was Processing on worker ghost-worker")
+    dead = s.get_job(job_id)
+    assert dead is not None and dead.location is Location.DLQ
+    # Its worker's late success is refused.
+    from chokaq.storage import Completion
+
+    assert s.complete("ghost-worker", [Completion(running.lease, 1)]) == set()
+    (audit,) = [a for a in AdminStore(s).list_audit(job_id=job_id)[0] if a["action"] == "job.cancel"]
+    assert audit["actor"] == "otto" and audit["details"]["was_running"][0]["worker"] == "ghost-worker"
+    screenshot(page, f"{deck.db}-cancel-running")
