@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from chokaq.domain.models import EnqueueRequest
-from chokaq.domain.states import Location
+from chokaq.domain.states import FailureReason, Location
 from chokaq.runtime.sweeper import run_sweep
 from chokaq.storage.admin import Actor, AdminStore
 from tests.deck.conftest import OPERATOR_TOKEN, VIEWER_TOKEN, DeckEnv, screenshot
@@ -357,3 +357,19 @@ def test_an_operator_cancels_a_running_job_from_the_inspector(deck: DeckEnv, pag
     (audit,) = [a for a in AdminStore(s).list_audit(job_id=job_id)[0] if a["action"] == "job.cancel"]
     assert audit["actor"] == "otto" and audit["details"]["was_running"][0]["worker"] == "ghost-worker"
     screenshot(page, f"{deck.db}-cancel-running")
+
+    # In bulk: a selection in Hot jobs, a running job and a Pending one.
+    page.keyboard.press("Escape")
+    held, _ = s.enqueue(EnqueueRequest(type="noop_v1", queue="reports", payload="{}", created_by="test"))
+    assert [j.id for j in s.start("ghost-worker", s.fetch("ghost-worker", 1, ["reports"])).started] == [held]
+    waiting, _ = s.enqueue(EnqueueRequest(type="noop_v1", payload="{}", delay_seconds=3600, created_by="test"))
+    page.get_by_test_id("nav-hot").click()
+    hot = page.locator('[data-view="hot"]')
+    for job in (held, waiting):
+        row(page, "hot", job).get_by_test_id("select-row").check()
+    expect(hot.get_by_test_id("selected-count")).to_have_text("2 jobs selected")
+    hot.get_by_test_id("bulk-cancel-running").click()
+    expect(page.get_by_test_id("confirm-dialog")).to_contain_text("told to stop")
+    page.get_by_test_id("confirm-ok").click()
+    expect(page.get_by_test_id("flash")).to_contain_text("2 jobs cancelled (1 running: told to stop)")
+    assert {s.get_job(j).failure_reason for j in (held, waiting)} == {FailureReason.CANCELLED}  # type: ignore[union-attr]
