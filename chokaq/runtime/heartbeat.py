@@ -140,6 +140,6 @@ class Heartbeat:
         run = self._runs.running.get(job_id)
         if run is None or run.lease.worker_id != worker or run.lease.attempt != attempt:
             return
-        if job_id in self._runs.executing:
+        if job_id in self._runs.executing and not run.ctx.is_cancelled():
             log.info("job %s cancelled by an operator: stopping its handler", job_id)
             run.cancel(CANCEL_OPERATOR)

@@ -277,8 +277,9 @@ class Worker:
     @contextlib.contextmanager
     def _wakeups(self) -> Iterator[None]:
         """What makes the fetcher claim before its next poll: a NOTIFY (PostgreSQL, from a listener
-        thread) or an enqueue through this process's storage; and, on PostgreSQL, what stops a
-        handler at once when an operator cancels its job (else the heartbeat finds it)."""
+        thread) or an enqueue through this process's storage; and what stops a handler at once when
+        an operator cancels its job through this process or, on PostgreSQL, any (else the heartbeat
+        finds it)."""
         loop = self._loop
         assert loop is not None
 
@@ -293,10 +294,12 @@ class Worker:
             args = (self.storage.url, wake_soon, stop, self.fetcher.listening, cancel_soon)
             threading.Thread(target=listen, args=args, daemon=True, name="chokaq-listen").start()
         unsubscribe = self.storage.on_enqueue(wake_soon)
+        unsubscribe_cancel = self.storage.wakeups.on_cancel(cancel_soon)
         try:
             yield
         finally:
             unsubscribe()
+            unsubscribe_cancel()
             stop.set()
 
     def _helpers(self) -> Supervisor:

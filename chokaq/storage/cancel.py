@@ -98,6 +98,8 @@ def cancel_jobs(
             "LastModifiedBy": actor.name,
         }
 
+    told: list[str] = []
+
     def work(c: Connection) -> BulkResult:
         where = and_(jobs_hot.c.Id.in_(unique), status_in(jobs_hot.c.Status, *statuses))
         rows = move_rows(c, jobs_hot, where, jobs_dlq, shape, {"FailedAtUtc": utcnow()})
@@ -113,7 +115,8 @@ def cancel_jobs(
                     {"id": r["Id"], "worker": r["WorkerId"], "attempt": r["AttemptCount"]} for r in held
                 ]
             audit(c, actor, "job.cancel", moved, details or None)
-        profile_of(c.dialect).notify_cancel(c, [cancel_payload(r) for r in held])
+        told[:] = [cancel_payload(r) for r in held]
+        profile_of(c.dialect).notify_cancel(c, told)
         done = set(moved)
         return BulkResult(
             len(unique),
@@ -123,7 +126,9 @@ def cancel_jobs(
             was_running=[r["Id"] for r in held],
         )
 
-    return storage.write(work, op="cancel")
+    result = storage.write(work, op="cancel")
+    storage.wakeups.cancelled(told)  # workers in this process: at once, on any database
+    return result
 
 
 def cancelled_runs(storage: Storage, worker_id: str, leases: Sequence[Lease]) -> set[str]:
