@@ -112,7 +112,7 @@ def test_http_function_serves_the_admin_api(fapp: ChokaQ) -> None:
         r = await handler(http("POST", "/api/jobs/cancel", headers=HEADERS["viewer"], body={"ids": [job_id]}), None)
         assert r.status_code == 403
         r = await handler(http("POST", "/api/jobs/cancel", headers=HEADERS["operator"], body={"ids": [job_id]}), None)
-        assert json.loads(r.get_body()) == {"cancelled": 1, "skipped_ids": []}
+        assert json.loads(r.get_body()) == {"cancelled": 1, "skipped_ids": [], "was_running": []}
         r = await handler(http("POST", f"/api/dlq/{job_id}/resurrect", headers=HEADERS["operator"]), None)
         assert r.status_code == 200 and json.loads(r.get_body())["status"] == "Pending"
         # Buffered responses: the event stream answers with what it has plus one tick, then ends.
