@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from chokaq.domain.errors import ConfigurationError
@@ -149,7 +149,19 @@ class QueueSettings(BaseModel):
 
 
 class RetentionSettings(BaseModel):
-    archive_days: float = Field(default=30.0, gt=0)
+    archive_days: float = Field(default=30.0, gt=0, description="Retention.ArchiveDays")
+    dlq_days: float | None = Field(
+        default=None,
+        gt=0,
+        description="Retention.DlqDays: dead jobs that failed longer ago are deleted by the retention run "
+        "(the Functions timer, `chokaq retention`); unset = kept until an operator purges them",
+    )
+
+    @field_validator("dlq_days", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # An app setting left empty (local.settings.json, App Service) means "off", not an error.
+        return None if isinstance(value, str) and not value.strip() else value
 
 
 class AdminSettings(BaseModel):

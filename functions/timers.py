@@ -1,13 +1,14 @@
-"""Timer functions: the recovery sweep and archive retention. Neither needs a worker alive."""
+"""Timer functions: the recovery sweep and retention (the archive, and the DLQ when Retention.DlqDays
+is set). Neither needs a worker alive."""
 
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
 
 import azure.functions as func
 
 from chokaq import telemetry
+from chokaq.operations.retention import run_retention
 from chokaq.operations.service import Operations
 from chokaq.runtime.app import ChokaQ
 from chokaq.runtime.sweeper import sweep_outlasting
@@ -62,16 +63,17 @@ def blueprint(app: ChokaQ) -> func.Blueprint:
     @bp.function_name("retention")
     @bp.timer_trigger(arg_name="timer", schedule="%CHOKAQ_RETENTION_SCHEDULE%", run_on_startup=False, use_monitor=True)
     def retention(timer: func.TimerRequest) -> None:
-        """Delete archived jobs older than Retention.ArchiveDays, in batches of Storage.CleanupBatchSize."""
+        """Delete archived jobs older than Retention.ArchiveDays and, when Retention.DlqDays is set,
+        dead jobs older than that, in batches of Storage.CleanupBatchSize."""
         ours = telemetry.configure("chokaq-functions")
-        cutoff = datetime.now(UTC).replace(tzinfo=None) - timedelta(days=app.settings.retention.archive_days)
         try:
             with telemetry.tracer().start_as_current_span("chokaq.retention") as span:
-                deleted = Operations(app).purge_archive(RETENTION_ACTOR, cutoff)
-                span.set_attribute("chokaq.deleted", deleted)
+                result = run_retention(Operations(app), RETENTION_ACTOR)
+                span.set_attribute("chokaq.deleted", result.archive_deleted)
+                span.set_attribute("chokaq.dlq_deleted", result.dlq_deleted)
         finally:
             if ours:
                 telemetry.shutdown()
-        log.info("retention: deleted %d archived jobs finished before %sZ", deleted, cutoff.isoformat())
+        log.info("retention: %s", result.as_dict())
 
     return bp

@@ -254,9 +254,22 @@ class IdsIn(_In):
     ids: list[JobId] = Field(min_length=1, max_length=limits.MAX_BULK_IDS)
 
 
+class CancelIn(IdsIn):
+    running: StrictBool = Field(
+        default=False,
+        description="also cancel jobs a worker holds (Fetched, Processing): its handler is told to stop",
+    )
+    reason: Annotated[Text, Field(max_length=500)] | None = Field(
+        default=None, description="why, recorded in ErrorDetails and the audit log"
+    )
+
+
 class CancelOut(BaseModel):
     cancelled: int
     skipped_ids: list[str]
+    was_running: list[str] = Field(
+        default_factory=list, description="the cancelled jobs a worker held; their handlers are told to stop"
+    )
 
 
 class DlqFilterIn(_In):

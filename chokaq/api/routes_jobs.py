@@ -24,11 +24,11 @@ from chokaq.api.common import (
     operations,
 )
 from chokaq.api.models import (
+    CancelIn,
     CancelOut,
     EnqueueIn,
     EnqueueOut,
     FieldError,
-    IdsIn,
     JobEditIn,
     JobOut,
     JobPageOut,
@@ -127,10 +127,12 @@ def list_jobs(
 
 
 @router.post("/cancel", response_model=CancelOut, responses=ERRORS)
-def cancel(request: Request, body: IdsIn, who: Operator) -> CancelOut:
-    """Pending jobs -> DLQ as Cancelled. Jobs a worker owns (or unknown ids) are skipped and listed."""
-    res = operations(request).cancel(actor(who), body.ids)
-    return CancelOut(cancelled=res.affected, skipped_ids=res.skipped_ids)
+def cancel(request: Request, body: CancelIn, who: Operator) -> CancelOut:
+    """Pending jobs -> DLQ as Cancelled. Jobs a worker holds are skipped and listed unless
+    ``running`` is true: then they are cancelled too and their handlers told to stop (at once on
+    PostgreSQL, else within a heartbeat interval); a late outcome of theirs is refused."""
+    res = operations(request).cancel(actor(who), body.ids, running=body.running, reason=body.reason)
+    return CancelOut(cancelled=res.affected, skipped_ids=res.skipped_ids, was_running=res.was_running)
 
 
 @router.get("/{job_id}", response_model=JobOut, responses={**ERRORS, **NOT_FOUND})

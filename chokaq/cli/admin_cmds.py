@@ -45,6 +45,11 @@ def _actor(name: str) -> Actor:
     return Actor(name, "admin")
 
 
+def actor_for(name: str | None) -> Actor:
+    """The CLI's actor: ``name`` (default ``cli:$USER``), in the admin role."""
+    return _actor(name or _default_actor())
+
+
 # ---------------------------------------------------------------- serve
 def bind_hosts(host: str) -> list[str] | None:
     """The ``Host`` values a server bound to ``host`` answers to (DNS rebinding: a page on an

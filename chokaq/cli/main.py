@@ -152,6 +152,19 @@ def _sweep_loop(app: ChokaQ) -> None:
         stop.wait(min(app.settings.schedules.poll_interval, app.settings.recovery.scan_interval))
 
 
+@cli.command()
+@app_option
+@pass_ctx
+@friendly_errors
+def retention(c: Ctx) -> None:
+    """Delete archived jobs older than Retention.ArchiveDays and, when Retention.DlqDays is set,
+    dead jobs older than that, in batches of Storage.CleanupBatchSize (audited as system:retention).
+    Run it from cron or a scheduler; the Functions app has a timer for it."""
+    from chokaq.operations.retention import run_retention
+
+    click.echo(json.dumps(run_retention(c.operations).as_dict()))
+
+
 # ---------------------------------------------------------------- jobs
 @cli.command()
 @click.argument("job_type")
@@ -215,6 +228,25 @@ def job_show(c: Ctx, job_id: str) -> None:
         click.echo(f"error: no job {job_id!r} in hot, archive or DLQ", err=True)
         sys.exit(1)
     click.echo(json.dumps(JobOut.from_record(record).model_dump(), indent=2))
+
+
+@job.command("cancel")
+@click.argument("job_ids", nargs=-1, required=True)
+@click.option("--reason", default=None, help="Why; recorded in ErrorDetails and the audit log.")
+@click.option("--pending-only", is_flag=True, help="Skip jobs a worker holds instead of stopping them.")
+@click.option("--actor", default=None, help="Name recorded in the audit log (default cli:$USER; role: admin).")
+@app_option
+@pass_ctx
+@friendly_errors
+def job_cancel(c: Ctx, job_ids: tuple[str, ...], reason: str | None, pending_only: bool, actor: str | None) -> None:
+    """Cancel jobs: Pending ones, and running ones (Fetched, Processing) unless --pending-only. They
+    move to the DLQ as Cancelled; a running job's handler is told to stop (ctx.cancel_reason is
+    "cancelled"), at once on PostgreSQL, else at its worker's next heartbeat. Exit 1 if none was."""
+    res = c.operations.cancel(admin_cmds.actor_for(actor), list(job_ids), running=not pending_only, reason=reason)
+    click.echo(json.dumps({"cancelled": res.affected, "was_running": res.was_running, "skipped_ids": res.skipped_ids}))
+    if not res.affected:
+        click.echo("error: nothing was cancelled (finished, unknown, or held and --pending-only)", err=True)
+        sys.exit(1)
 
 
 @cli.command()

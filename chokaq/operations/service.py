@@ -126,12 +126,21 @@ class Operations:
         self._publish("job.updated", actor.name, id=job_id, queue=out.queue, status="Pending", action="rescheduled")
         return out
 
-    def cancel(self, actor: Actor, ids: Sequence[str]) -> BulkResult:
-        """Pending jobs to the DLQ as Cancelled; jobs a worker owns are skipped."""
-        res = self.store.cancel(ids, actor)
+    def cancel(
+        self, actor: Actor, ids: Sequence[str], *, running: bool = False, reason: str | None = None
+    ) -> BulkResult:
+        """Pending jobs to the DLQ as Cancelled, with who and why. Jobs a worker holds (Fetched,
+        Processing) are skipped, unless ``running``: then they go too, in the same transaction, and
+        their workers stop the handlers (at once on PostgreSQL, else at their next heartbeat)."""
+        res = self.store.cancel(ids, actor, running=running, reason=reason)
         if res.affected:
             self._publish(
-                "job.failed", actor.name, ids=res.sample_ids, count=res.affected, reason=FailureReason.CANCELLED.label
+                "job.failed",
+                actor.name,
+                ids=res.sample_ids,
+                count=res.affected,
+                reason=FailureReason.CANCELLED.label,
+                was_running=res.was_running[:20],
             )
         return res
 
@@ -182,6 +191,15 @@ class Operations:
             self._publish(
                 "job.purged", actor.name, location="archive", count=deleted, older_than=older_than.isoformat()
             )
+        return deleted
+
+    def purge_dlq_older(
+        self, actor: Actor, older_than: datetime, progress: Callable[[int], object] | None = None
+    ) -> int:
+        """Delete dead jobs that failed before ``older_than`` (naive UTC), in bounded batches."""
+        deleted = self.store.purge_dlq_older(older_than, actor, progress=progress)
+        if deleted:
+            self._publish("job.purged", actor.name, location="dlq", count=deleted, older_than=older_than.isoformat())
         return deleted
 
     # ------------------------------------------------------------------ queues

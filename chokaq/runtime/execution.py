@@ -10,16 +10,17 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from chokaq.domain.models import JobRecord
+from chokaq.domain.models import JobRecord, Lease
 from chokaq.domain.states import FailureReason
 from chokaq.runtime import outcomes
 from chokaq.runtime.completer import Completer
 from chokaq.runtime.deadlines import Deadlines
-from chokaq.runtime.handlers import CANCEL_SHUTDOWN, Handler
+from chokaq.runtime.handlers import CANCEL_OPERATOR, CANCEL_SHUTDOWN, Handler
 from chokaq.runtime.heartbeat import Heartbeat
 from chokaq.runtime.outcomes import Outcome
 from chokaq.runtime.running import Running
@@ -46,6 +47,7 @@ class Execution:
         deadlines: Deadlines,
         heartbeat: Heartbeat,
         completer: Completer,
+        note_stopped: Callable[[Lease, str], None] | None = None,
     ) -> None:
         self.handlers = handlers
         self.settings = settings
@@ -54,6 +56,8 @@ class Execution:
         self.deadlines = deadlines
         self.heartbeat = heartbeat  # its failure count tells a cancelled run's outcome
         self.completer = completer
+        # Where a run an operator cancelled notes when its handler finally stopped (its DLQ row).
+        self.note_stopped = note_stopped
         # Plain handlers get their own threads so they can never starve heartbeats or DB calls.
         self._job_pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="chokaq-job")
         self._metric_attributes: dict[tuple[str, str], dict[str, str]] = {}
@@ -154,7 +158,31 @@ class Execution:
         )
         if outcome.kind == "drop" and run.ctx.cancel_reason == CANCEL_SHUTDOWN:
             log.error("job %s did not stop within the shutdown grace; leaving it to zombie rescue", run.record.id)
+        if run.ctx.cancel_reason == CANCEL_OPERATOR:
+            self._note_when_stopped(run)
         return outcome
+
+    def _note_when_stopped(self, run: Running) -> None:
+        """An operator cancelled this run: its DLQ row gets when the handler stopped. A plain
+        function that does not look at ``ctx`` runs on in its thread (a thread cannot be killed):
+        noted when it returns, whatever it returns, which nothing records (the fence refuses it)."""
+        note = self.note_stopped
+        if note is None:
+            return
+        thread, lease, worker = run.thread, run.lease, self.worker_id
+
+        def stopped(_: object = None) -> None:
+            when = datetime.now(UTC).isoformat(sep=" ", timespec="seconds").replace("+00:00", "Z")
+            ran_on = " (its thread ended after the cancel; what it returned was discarded)" if late else ""
+            note(lease, f"\nIts handler stopped at {when} on worker {worker}{ran_on}.")
+
+        late = thread is not None and not thread.done()
+        if late:
+            assert thread is not None
+            log.warning("job %s was cancelled, but its handler runs on in its thread", run.record.id)
+            thread.add_done_callback(stopped)
+        else:
+            stopped()
 
     def _failure_outcome(self, run: Running, handler: Handler | None, exc: BaseException) -> Outcome:
         rec = run.record

@@ -17,11 +17,13 @@ from pydantic import BaseModel
 _CANCEL_LOCK = threading.Lock()
 
 # Why the worker cancelled a running job (JobContext.cancel_reason).
-CancelReason = Literal["shutdown", "heartbeat_failure", "lost_ownership", "timeout"]
+CancelReason = Literal["shutdown", "heartbeat_failure", "lost_ownership", "timeout", "cancelled"]
 CANCEL_SHUTDOWN: Final = "shutdown"
 CANCEL_HEARTBEAT: Final = "heartbeat_failure"
 CANCEL_LOST: Final = "lost_ownership"
 CANCEL_TIMEOUT: Final = "timeout"
+# An operator cancelled the job while it ran: it is in the DLQ as Cancelled already.
+CANCEL_OPERATOR: Final = "cancelled"
 
 
 @dataclass(eq=False)

@@ -4,18 +4,22 @@
 A write that fails counts towards Execution.HeartbeatFailureThreshold; past it the worker may
 cancel its handlers (Execution.CancelOnHeartbeatFailure), since the sweep will soon take their jobs
 for zombies. A job the database no longer shows as ours, while its handler still runs, has been
-taken from us: its handler is cancelled and nothing is written for it."""
+taken from us: its handler is cancelled and nothing is written for it. If an operator cancelled it
+(it is in the DLQ as Cancelled, at our attempt), the handler's ``ctx.cancel_reason`` says
+``"cancelled"``, else ``"lost_ownership"``. On PostgreSQL the cancel's NOTIFY reaches
+:meth:`Heartbeat.operator_cancelled` at once; the heartbeat is the fallback everywhere."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
 from chokaq.domain.models import Lease
-from chokaq.runtime.handlers import CANCEL_HEARTBEAT, CANCEL_LOST
+from chokaq.runtime.handlers import CANCEL_HEARTBEAT, CANCEL_LOST, CANCEL_OPERATOR
 from chokaq.runtime.outage import Outage
 from chokaq.runtime.running import Running
 from chokaq.runtime.worker_stats import Transition
@@ -30,6 +34,10 @@ class LeaseStore(Protocol):
 
     async def heartbeat(self, leases: Sequence[Lease]) -> Collection[str]:
         """Refresh ``leases``; the ids still ours."""
+        ...
+
+    async def cancelled_runs(self, leases: Sequence[Lease]) -> Collection[str]:
+        """The ids among ``leases`` (runs we lost) that an operator cancelled."""
         ...
 
 
@@ -105,6 +113,33 @@ class Heartbeat:
         executing = self._runs.executing
         lost = [r for r in runs if r.lease.job_id not in alive and r.record.id in executing]
         if lost:
-            self._runs.conflict("heartbeat", len(lost))
+            cancelled = await self._cancelled_among(lost)
+            taken = [r for r in lost if r.lease.job_id not in cancelled]
+            if taken:
+                self._runs.conflict("heartbeat", len(taken))
             for r in lost:
-                r.cancel(CANCEL_LOST)
+                r.cancel(CANCEL_OPERATOR if r.lease.job_id in cancelled else CANCEL_LOST)
+
+    async def _cancelled_among(self, lost: Sequence[Running]) -> Collection[str]:
+        try:
+            return await self._store.cancelled_runs([r.lease for r in lost])
+        except Exception as exc:
+            # The handlers are stopped all the same; only the reason they are told is less exact.
+            log.warning("could not read why %d running job(s) were taken: %s", len(lost), exc)
+            return ()
+
+    def operator_cancelled(self, payload: str) -> None:
+        """A cancel's NOTIFY (storage/cancel.py): stop that run's handler now if it is ours and
+        still running. Call it on the worker's event loop."""
+        try:
+            run_id = json.loads(payload)
+            job_id, worker, attempt = str(run_id["id"]), run_id["worker"], int(run_id["attempt"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignored a malformed cancel notification")
+            return
+        run = self._runs.running.get(job_id)
+        if run is None or run.lease.worker_id != worker or run.lease.attempt != attempt:
+            return
+        if job_id in self._runs.executing and not run.ctx.is_cancelled():
+            log.info("job %s cancelled by an operator: stopping its handler", job_id)
+            run.cancel(CANCEL_OPERATOR)

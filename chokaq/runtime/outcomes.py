@@ -12,13 +12,21 @@ from typing import Literal
 from chokaq.domain.attempts import DEAD_LETTERED, RETRIED, ErrorParts, appended, failed_attempt
 from chokaq.domain.models import JobRecord, Lease
 from chokaq.domain.states import FailureReason
-from chokaq.runtime.handlers import CANCEL_HEARTBEAT, CANCEL_LOST, CANCEL_SHUTDOWN, CANCEL_TIMEOUT, CancelReason
+from chokaq.runtime.handlers import (
+    CANCEL_HEARTBEAT,
+    CANCEL_LOST,
+    CANCEL_OPERATOR,
+    CANCEL_SHUTDOWN,
+    CANCEL_TIMEOUT,
+    CancelReason,
+)
 from chokaq.runtime.policy import decide, describe
 from chokaq.settings import RetrySettings
 
 __all__ = [
     "CANCEL_HEARTBEAT",
     "CANCEL_LOST",
+    "CANCEL_OPERATOR",
     "CANCEL_SHUTDOWN",
     "CANCEL_TIMEOUT",
     "CancelReason",
@@ -87,7 +95,8 @@ def cancelled(
 
     Shutdown gives the job back (reschedule) unless its handler thread runs on: then it may still
     have effects, so it is left Processing for zombie rescue (drop) rather than run twice. Lost
-    ownership: someone else holds it now (drop). A run past ``timeout`` (the reason None or
+    ownership: someone else holds it now (drop). Cancelled by an operator: the job is in the DLQ
+    already, moved there by the cancel itself (drop). A run past ``timeout`` (the reason None or
     CANCEL_TIMEOUT) and a heartbeat that kept failing are failures that go to the DLQ."""
     if cancel_reason == CANCEL_SHUTDOWN:
         return Outcome("drop" if thread_still_running else "reschedule", lease, record)
@@ -101,7 +110,7 @@ def cancelled(
             details=details,
             error=ErrorParts("HeartbeatFailure", details),
         )
-    if cancel_reason == CANCEL_LOST:
+    if cancel_reason in (CANCEL_LOST, CANCEL_OPERATOR):
         return Outcome("drop", lease, record)
     details = f"execution exceeded the timeout of {timeout:g}s"
     return Outcome(

@@ -99,7 +99,9 @@ class Worker:
         self.completer = Completer(self.store, self, self.outage, self.counts, events=app.bus)
         self.deadlines = Deadlines(lambda run: run.cancel(CANCEL_TIMEOUT))
         collaborators = (self.slots, self.deadlines, self.heartbeat, self.completer)
-        self.execution = Execution(app.handlers, self.settings, self.id, self.concurrency, *collaborators)
+        self.execution = Execution(
+            app.handlers, self.settings, self.id, self.concurrency, *collaborators, note_stopped=self.store.note_stopped
+        )
         parts = (self.store, self.slots, self.reconciler, self.outage, self.counts, self.activity)
         self.starter = Starter(*parts, self.execution, self.deadlines, self.settings.storage, zombie_retry_types)
         self.fetcher = Fetcher(*parts, self.settings.storage, zombie_retry_types, self.queues, self.starter.launch)
@@ -278,22 +280,29 @@ class Worker:
     @contextlib.contextmanager
     def _wakeups(self) -> Iterator[None]:
         """What makes the fetcher claim before its next poll: a NOTIFY (PostgreSQL, from a listener
-        thread) or an enqueue through this process's storage."""
+        thread) or an enqueue through this process's storage; and what stops a handler at once when
+        an operator cancels its job through this process or, on PostgreSQL, any (else the heartbeat
+        finds it)."""
         loop = self._loop
         assert loop is not None
 
         def wake_soon() -> None:
             loop.call_soon_threadsafe(self.fetcher.poke)
 
+        def cancel_soon(payload: str) -> None:
+            loop.call_soon_threadsafe(self.heartbeat.operator_cancelled, payload)
+
         stop = threading.Event()
         if self.settings.storage.listen_notify and self.storage.supports_notify:
-            args = (self.storage.url, wake_soon, stop, self.fetcher.listening)
+            args = (self.storage.url, wake_soon, stop, self.fetcher.listening, cancel_soon)
             threading.Thread(target=listen, args=args, daemon=True, name="chokaq-listen").start()
         unsubscribe = self.storage.on_enqueue(wake_soon)
+        unsubscribe_cancel = self.storage.wakeups.on_cancel(cancel_soon)
         try:
             yield
         finally:
             unsubscribe()
+            unsubscribe_cancel()
             stop.set()
 
     def _helpers(self) -> Supervisor:

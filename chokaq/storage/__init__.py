@@ -12,8 +12,9 @@ statements rendered once and run straight on per-thread driver connections), :mo
 :mod:`.claims`, :mod:`.moving` (moves and counters), :mod:`.lost_replies`, :mod:`.queues`,
 :mod:`.wakeups`, :mod:`.recovery` (the sweep) and :mod:`.queue_figures`; :mod:`.worker_store` is
 one worker's way in (:meth:`Storage.for_worker`), :mod:`.dialects.postgres_listen` its LISTEN; :mod:`.admin` holds
-operator actions, :mod:`.history` the Deck's charts, :mod:`.migrations` and :mod:`.schema` the
-tables.
+operator actions (with :mod:`.cancel`, cancelling jobs and what a worker reads of it, and
+:mod:`.retention`, bounded purges of old rows), :mod:`.history` the Deck's charts,
+:mod:`.migrations` and :mod:`.schema` the tables.
 
 The operator's and the Deck's names (admin, history, the DBA scripts) load on first use: a worker
 or a CLI command that needs none of them does not import those modules.

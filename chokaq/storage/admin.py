@@ -18,10 +18,12 @@ from chokaq.domain.errors import ConflictError, JobValidationError, NotFoundErro
 from chokaq.domain.models import JobRecord, QueueInfo
 from chokaq.domain.states import FailureReason, JobStatus, Location
 from chokaq.storage.admin_types import Actor, BulkResult, JobEdit, JobFilter, Page, parse_snapshot, snapshot_text
+from chokaq.storage.cancel import cancel_jobs
 from chokaq.storage.listing import SORTS, TABLES, TIME_COLUMN, JobListing, contains
 from chokaq.storage.moving import bump_stats, move_rows
 from chokaq.storage.queues import UNSET, Override
 from chokaq.storage.records import dlq_record, hot_record
+from chokaq.storage.retention import purge_older
 from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot
 from chokaq.storage.sqlfuncs import row_lock, utcnow
 from chokaq.storage.statements import FAILED, PENDING, status_is
@@ -373,31 +375,12 @@ class AdminStore(JobListing):
         return self._bulk("dlq.purge", ids, f, max_jobs, actor, dry_run, mover, expected_count, snapshot)
 
     # ------------------------------------------------------------------ cancel and retention
-    def cancel(self, ids: Sequence[str], actor: Actor) -> BulkResult:
-        """Pending -> DLQ as Cancelled. Jobs a worker owns are skipped and listed."""
-        if not ids:
-            raise JobValidationError("no ids given")
-        if len(ids) > limits.MAX_BULK_IDS:
-            raise JobValidationError(f"at most {limits.MAX_BULK_IDS} ids per request")
-        ids = list(dict.fromkeys(ids))
-
-        def work(c: Connection) -> BulkResult:
-            rows = move_rows(
-                c,
-                jobs_hot,
-                and_(jobs_hot.c.Id.in_(ids), status_is(jobs_hot.c.Status, PENDING)),
-                jobs_dlq,
-                _dlq_shape(FailureReason.CANCELLED, f"Cancelled by {actor.name}", actor.name),
-                {"FailedAtUtc": utcnow()},
-            )
-            bump_stats(c, FAILED, Counter(r["Queue"] for r in rows))
-            moved = [r["Id"] for r in rows]
-            if moved:
-                self.audit(c, actor, "job.cancel", moved)
-            done = set(moved)
-            return BulkResult(len(ids), len(moved), moved[:SAMPLE_IDS], skipped_ids=[i for i in ids if i not in done])
-
-        return self.storage.write(work, op="cancel")
+    def cancel(
+        self, ids: Sequence[str], actor: Actor, *, running: bool = False, reason: str | None = None
+    ) -> BulkResult:
+        """Pending jobs -> DLQ as Cancelled; with ``running``, Fetched and Processing ones too (their
+        workers stop them: see storage/cancel.py). Jobs not cancelled are skipped and listed."""
+        return cancel_jobs(self.storage, self.audit, ids, actor, running=running, reason=reason)
 
     def purge_archive(
         self,
@@ -407,37 +390,41 @@ class AdminStore(JobListing):
         batch_size: int | None = None,
         progress: Callable[[int], object] | None = None,
     ) -> int:
-        """Delete archived jobs finished before ``older_than`` in bounded transactions, so retention
-        never holds locks or log space for long."""
-        size = batch_size or self.storage.settings.cleanup_batch_size
-        total = 0
-        while True:
+        """Delete archived jobs finished before ``older_than`` in bounded transactions (Retention.ArchiveDays)."""
+        return purge_older(
+            self.storage,
+            self.audit,
+            table=jobs_archive,
+            time_column=jobs_archive.c.FinishedAtUtc,
+            action="archive.purge",
+            op="purge_archive",
+            older_than=older_than,
+            actor=actor,
+            batch_size=batch_size,
+            progress=progress,
+        )
 
-            def work(c: Connection) -> int:
-                # One statement with two parameters, whatever the batch size: binding the chosen
-                # ids one parameter each broke SQL Server's 2,100-parameter limit (error 8003).
-                # The oldest ``size`` rows, by the IX_JobsArchive_FinishedAt index.
-                old = jobs_archive.c.FinishedAtUtc < older_than
-                oldest = select(jobs_archive.c.Id).where(old).order_by(jobs_archive.c.FinishedAtUtc).limit(size)
-                res = c.execute(delete(jobs_archive).where(jobs_archive.c.Id.in_(oldest), old))
-                n = int(res.rowcount or 0)
-                if n:
-                    self.audit(
-                        c,
-                        actor,
-                        "archive.purge",
-                        [],
-                        {"older_than": older_than.isoformat(), "deleted": n, "batch_size": size},
-                    )
-                return n
-
-            n = self.storage.write(work, op="purge_archive")
-            total += n
-            if progress is not None and n:
-                progress(n)
-            if n < size:
-                break
-        return total
+    def purge_dlq_older(
+        self,
+        older_than: datetime,
+        actor: Actor,
+        *,
+        batch_size: int | None = None,
+        progress: Callable[[int], object] | None = None,
+    ) -> int:
+        """Delete dead jobs that failed before ``older_than`` in bounded transactions (Retention.DlqDays)."""
+        return purge_older(
+            self.storage,
+            self.audit,
+            table=jobs_dlq,
+            time_column=jobs_dlq.c.FailedAtUtc,
+            action="dlq.retention",
+            op="purge_dlq_older",
+            older_than=older_than,
+            actor=actor,
+            batch_size=batch_size,
+            progress=progress,
+        )
 
     def queue_changed(
         self,

@@ -54,6 +54,8 @@ class BulkResult:
     # that follows acts only on jobs at or before it, so jobs dead-lettered after the preview
     # are never touched by a confirmation that did not count them.
     snapshot: str | None = None
+    # A cancel's jobs that a worker held (Fetched or Processing) when they were cancelled.
+    was_running: list[str] = field(default_factory=list)
 
 
 def snapshot_text(failed_at: datetime, job_id: str) -> str:

@@ -1,4 +1,4 @@
-"""The worker's hot-path statements and the sweep's, as text a DBA can review without Python.
+"""The worker's hot-path statements, the sweep's and retention's, as text a DBA can review without Python.
 
 ``chokaq db script --dialect D --queries`` prints them; ``make scripts`` writes them to
 sql/<dialect>/queries.sql, and a test keeps those files current, so a change to a statement's
@@ -8,6 +8,7 @@ shape (and so to its plan) shows up as a diff.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -16,7 +17,11 @@ from sqlalchemy.sql.elements import ClauseElement
 from chokaq.settings import ExecutionSettings, RecoverySettings, RetrySettings, StorageSettings
 from chokaq.storage import statements as st
 from chokaq.storage.dialects import PROFILES, Profile
+from chokaq.storage.schema import jobs_dlq
 from chokaq.storage.statements import schedules as sch
+
+# Shown as a parameter: the run's clock minus Retention.DlqDays.
+RETENTION_CUTOFF = datetime(2000, 1, 1)
 
 
 def _profile(name: str) -> Profile:
@@ -32,6 +37,7 @@ def statements(dialect_name: str) -> list[tuple[str, str, ClauseElement]]:
     profile = _profile(dialect_name)
     groups = 0 if profile.lease_rowset else 1
     recovery = RecoverySettings()
+    cleanup = StorageSettings().cleanup_batch_size
     sweep = st.sweep_statements(
         recovery.fetched_job_timeout,
         recovery.processing_zombie_timeout,
@@ -80,6 +86,12 @@ def statements(dialect_name: str) -> list[tuple[str, str, ClauseElement]]:
          sch.lock_due_statement()),
         ("schedule_advance", "schedules: the row moved to its next slot, after the slot's job was enqueued "
          "(with its idempotency key) in the same transaction", sch.advance_statement(True)),
+        ("cancelled_runs", "which jobs a worker's heartbeat lost an operator cancelled (cancel_reason: cancelled)",
+         st.cancelled_runs_statement()),
+        ("stopped_note", "a cancelled run's DLQ row gets when its handler finally stopped",
+         st.stopped_note_statement()),
+        ("retention_dlq", f"Retention.DlqDays: the oldest dead jobs past the cutoff deleted, {cleanup} per transaction",
+         st.purge_older_statement(jobs_dlq, jobs_dlq.c.FailedAtUtc, RETENTION_CUTOFF, cleanup)),
     ]  # fmt: skip
 
 

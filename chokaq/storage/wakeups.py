@@ -1,6 +1,6 @@
 """Wake-ups for workers when new Pending work is committed: in this process (listeners and
 announcers) and, where the database can deliver them, in others (PostgreSQL's NOTIFY, heard by
-dialects/postgres_listen.py).
+dialects/postgres_listen.py). The same for running jobs an operator cancelled (:meth:`Wakeups.cancelled`).
 
 Separate from the app's event bus (``ChokaQ.bus``) on purpose: the bus carries operator events (what happened, for
 people and the Deck), and may be slow or absent. A wake-up is only a hint to local workers to look
@@ -41,11 +41,25 @@ class Wakeups:
         self._listeners: list[Callable[[], None]] = []
         # After-commit announcers for other processes (the Functions doorbell): see add_announcer.
         self._announcers: list[Announcer] = []
+        # Workers in this process told of running jobs an operator cancelled here (storage/cancel.py):
+        # at once on any database, where NOTIFY reaches only other processes' listeners.
+        self._cancel_listeners: list[Callable[[str], None]] = []
 
     def on_enqueue(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` after this process commits new Pending work. Returns an unsubscriber."""
         self._listeners.append(callback)
         return lambda: self._listeners.remove(callback)
+
+    def on_cancel(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback`` with each run (a cancel payload) an operator cancelled through this
+        process, after the cancel commits. Returns an unsubscriber."""
+        self._cancel_listeners.append(callback)
+        return lambda: self._cancel_listeners.remove(callback)
+
+    def cancelled(self, payloads: list[str]) -> None:
+        for callback in list(self._cancel_listeners):
+            for payload in payloads:
+                callback(payload)
 
     def add_announcer(self, announcer: Announcer) -> Callable[[], None]:
         """Call ``announcer`` after this process commits new Pending work, with ``{queue: seconds

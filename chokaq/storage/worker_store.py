@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -23,7 +24,10 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from chokaq.domain.models import JobRecord, Lease
 from chokaq.domain.states import FailureReason
+from chokaq.storage.cancel import cancelled_runs, note_stopped
 from chokaq.storage.transactions import Ambiguity
+
+log = logging.getLogger("chokaq.worker")
 
 if TYPE_CHECKING:
     from chokaq.storage.loop_transport import LoopTransport
@@ -141,6 +145,25 @@ class WorkerStore:
     async def heartbeat(self, leases: Sequence[Lease]) -> set[str]:
         """Refresh the leases; the ids still ours (:meth:`Storage.heartbeat`)."""
         return await self.call(self.storage.heartbeat, self.worker_id, leases)
+
+    async def cancelled_runs(self, leases: Sequence[Lease]) -> set[str]:
+        """The ids among ``leases`` (runs this worker lost) an operator cancelled (storage/cancel.py)."""
+        return await self.call(cancelled_runs, self.storage, self.worker_id, leases)
+
+    def note_stopped(self, lease: Lease, note: str) -> None:
+        """Add ``note`` to a cancelled run's DLQ row, on a database thread, without waiting: called
+        from wherever its handler ended (a plain function's own thread). Best effort: logged on failure."""
+
+        def write() -> None:
+            try:
+                note_stopped(self.storage, lease, note)
+            except Exception as exc:
+                log.warning("could not note when cancelled job %s stopped: %s", lease.job_id, exc)
+
+        try:
+            self._threads.submit(write)
+        except RuntimeError:  # the worker has stopped: its threads are gone
+            log.info("cancelled job %s stopped after its worker: not noted", lease.job_id)
 
     # ------------------------------------------------------------------ finishing
     async def complete(self, done: Sequence[Completion]) -> set[str]:

@@ -143,3 +143,20 @@ WHERE chokaq."Schedules"."Name" = :sched_name::VARCHAR AND chokaq."Schedules"."N
 -- name: schedule_advance
 -- schedules: the row moved to its next slot, after the slot's job was enqueued (with its idempotency key) in the same transaction
 UPDATE chokaq."Schedules" SET "NextDueUtc"=:next_due::TIMESTAMP WITHOUT TIME ZONE, "LastSlotUtc"=:last_slot::TIMESTAMP WITHOUT TIME ZONE, "LastFiredUtc"=(clock_timestamp() AT TIME ZONE 'UTC'), "LastJobId"=:last_job::VARCHAR WHERE chokaq."Schedules"."Name" = :sched_name::VARCHAR;
+
+-- name: cancelled_runs
+-- which jobs a worker's heartbeat lost an operator cancelled (cancel_reason: cancelled)
+SELECT chokaq."JobsDLQ"."Id", chokaq."JobsDLQ"."AttemptCount"
+FROM chokaq."JobsDLQ"
+WHERE chokaq."JobsDLQ"."Id" = ANY(:cancel_ids::VARCHAR(50)[]) AND chokaq."JobsDLQ"."FailureReason" = 1 AND chokaq."JobsDLQ"."WorkerId" = :cancel_worker::VARCHAR;
+
+-- name: stopped_note
+-- a cancelled run's DLQ row gets when its handler finally stopped
+UPDATE chokaq."JobsDLQ" SET "ErrorDetails"=(coalesce(chokaq."JobsDLQ"."ErrorDetails", '') || :note_text::VARCHAR) WHERE chokaq."JobsDLQ"."Id" = :note_id::VARCHAR AND chokaq."JobsDLQ"."WorkerId" = :note_worker::VARCHAR AND chokaq."JobsDLQ"."AttemptCount" = :note_attempt::INTEGER AND chokaq."JobsDLQ"."FailureReason" = 1;
+
+-- name: retention_dlq
+-- Retention.DlqDays: the oldest dead jobs past the cutoff deleted, 1000 per transaction
+DELETE FROM chokaq."JobsDLQ" WHERE chokaq."JobsDLQ"."Id" IN (SELECT chokaq."JobsDLQ"."Id"
+FROM chokaq."JobsDLQ"
+WHERE chokaq."JobsDLQ"."FailedAtUtc" < :FailedAtUtc_1::TIMESTAMP WITHOUT TIME ZONE ORDER BY chokaq."JobsDLQ"."FailedAtUtc"
+ LIMIT :param_1::INTEGER) AND chokaq."JobsDLQ"."FailedAtUtc" < :FailedAtUtc_1::TIMESTAMP WITHOUT TIME ZONE;

@@ -193,3 +193,22 @@ GO
 -- schedules: the row moved to its next slot, after the slot's job was enqueued (with its idempotency key) in the same transaction
 UPDATE chokaq.[Schedules] SET [NextDueUtc]=:next_due, [LastSlotUtc]=:last_slot, [LastFiredUtc]=SYSUTCDATETIME(), [LastJobId]=:last_job WHERE chokaq.[Schedules].[Name] = :sched_name
 GO
+
+-- name: cancelled_runs
+-- which jobs a worker's heartbeat lost an operator cancelled (cancel_reason: cancelled)
+SELECT chokaq.[JobsDLQ].[Id], chokaq.[JobsDLQ].[AttemptCount]
+FROM chokaq.[JobsDLQ]
+WHERE chokaq.[JobsDLQ].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:cancel_ids AS NVARCHAR(max)))) AND chokaq.[JobsDLQ].[FailureReason] = 1 AND chokaq.[JobsDLQ].[WorkerId] = :cancel_worker
+GO
+
+-- name: stopped_note
+-- a cancelled run's DLQ row gets when its handler finally stopped
+UPDATE chokaq.[JobsDLQ] SET [ErrorDetails]=(coalesce(chokaq.[JobsDLQ].[ErrorDetails], '') + :note_text) WHERE chokaq.[JobsDLQ].[Id] = :note_id AND chokaq.[JobsDLQ].[WorkerId] = :note_worker AND chokaq.[JobsDLQ].[AttemptCount] = :note_attempt AND chokaq.[JobsDLQ].[FailureReason] = 1
+GO
+
+-- name: retention_dlq
+-- Retention.DlqDays: the oldest dead jobs past the cutoff deleted, 1000 per transaction
+DELETE FROM chokaq.[JobsDLQ] WHERE chokaq.[JobsDLQ].[Id] IN (SELECT TOP 1000 chokaq.[JobsDLQ].[Id]
+FROM chokaq.[JobsDLQ]
+WHERE chokaq.[JobsDLQ].[FailedAtUtc] < :FailedAtUtc_1 ORDER BY chokaq.[JobsDLQ].[FailedAtUtc]) AND chokaq.[JobsDLQ].[FailedAtUtc] < :FailedAtUtc_1
+GO

@@ -103,6 +103,7 @@ def test_edit_pending_and_conflicts(app: ChokaQ, client: TestClient) -> None:
     assert client.post("/api/jobs/cancel", headers=OPS, json={"ids": [job]}).json() == {
         "cancelled": 0,
         "skipped_ids": [job],
+        "was_running": [],
     }
 
 

@@ -128,10 +128,38 @@ def test_cancel_pending_only(app: ChokaQ, client: TestClient) -> None:
     run_one(s, running)
     r = client.post("/api/jobs/cancel", headers=OPS, json={"ids": [a, b, running]})
     assert r.status_code == 200
-    assert r.json() == {"cancelled": 2, "skipped_ids": [running]}
+    assert r.json() == {"cancelled": 2, "skipped_ids": [running], "was_running": []}
     dead = client.get(f"/api/dlq/{a}", headers=VIEWER).json()
     assert dead["failure_reason"] == "Cancelled" and "ops@example.com" in dead["error_details"]
     assert failed_total(s, "c") == 2
+
+
+def test_cancel_running_through_the_api(app: ChokaQ, client: TestClient) -> None:
+    s = app.storage
+    pending, held = enqueue(s, queue="c3"), enqueue(s, queue="c4")
+    rec = run_one(s, held)
+    body = {"ids": [pending, held], "running": True, "reason": "bad deploy"}
+    # Bad input is refused whole: nothing is cancelled.
+    assert client.post("/api/jobs/cancel", headers=OPS, json={**body, "reason": "x" * 501}).status_code == 422
+    assert client.post("/api/jobs/cancel", headers=OPS, json={**body, "running": "yes"}).status_code == 422
+    assert client.post("/api/jobs/cancel", headers=OPS, json={**body, "force": True}).status_code == 422
+    assert client.post("/api/jobs/cancel", headers=VIEWER, json=body).status_code == 403
+    assert s.get_job(held).location is Location.HOT  # type: ignore[union-attr]
+    r = client.post("/api/jobs/cancel", headers=OPS, json=body)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"cancelled": 2, "skipped_ids": [], "was_running": [held]}
+    dead = client.get(f"/api/dlq/{held}", headers=VIEWER).json()
+    assert dead["failure_reason"] == "Cancelled"
+    details = dead["error_details"]
+    assert details.startswith("Cancelled by ops@example.com: bad deploy\nIt was Processing on worker w-test")
+    # The worker's late success is refused by the fence; the counters stay exact.
+    from chokaq.storage import Completion
+
+    assert s.complete("w-test", [Completion(rec.lease, 1)]) == set()
+    assert (failed_total(s, "c3"), failed_total(s, "c4")) == (1, 1)
+    # Resurrect works as for any dead job.
+    assert client.post(f"/api/dlq/{held}/resurrect", headers=OPS).status_code == 200
+    assert s.get_job(held).status is JobStatus.PENDING  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("batch", [3])

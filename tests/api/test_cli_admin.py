@@ -84,6 +84,30 @@ def test_archive_purge(app: ChokaQ, db_url: str) -> None:
     assert run(db_url, "archive", "purge", "--older-than", "last tuesday", "--yes").exit_code == 2
 
 
+def test_retention_command_purges_the_dlq_only_when_dlq_days_is_set(app: ChokaQ, db_url: str) -> None:
+    import time
+
+    from chokaq.storage.admin import AdminStore
+
+    dead = make_dead(app.storage, 2)
+    time.sleep(0.2)
+    r = run(db_url, "retention")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["dlq_deleted"] == 0 and out["dlq_older_than"] is None
+    assert all(app.storage.get_job(i) is not None for i in dead)
+    r = CliRunner().invoke(
+        cli, ["--db", db_url, "retention"], env={"CHOKAQ_RETENTION__DLQ_DAYS": "0.000001"}, catch_exceptions=False
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["dlq_deleted"] == 2
+    assert all(app.storage.get_job(i) is None for i in dead)
+    rows, _ = AdminStore(app.storage).list_audit(actor="system:retention")
+    assert [(a["action"], a["details"]["deleted"]) for a in rows] == [("dlq.retention", 2)]
+    bad = CliRunner().invoke(cli, ["--db", db_url, "retention"], env={"CHOKAQ_RETENTION__DLQ_DAYS": "-1"})
+    assert bad.exit_code != 0 and "dlq_days" in bad.output
+
+
 def test_parse_older_than() -> None:
     now = datetime(2026, 5, 1, 12, 0, 0)
     assert admin_cmds.parse_older_than("30d", now) == datetime(2026, 4, 1, 12, 0, 0)

@@ -67,3 +67,33 @@ def sleepy_sync(payload: dict[str, object], ctx: JobContext) -> None:
     deadline = time.monotonic() + float(str(payload.get("seconds", 60)))
     while time.monotonic() < deadline and not ctx.is_cancelled():
         time.sleep(0.05)
+
+
+# Cancelled while running (tests/acceptance/test_cancel_running.py): each records why it stopped.
+@app.job("cancel_async")
+async def cancel_async(payload: dict[str, object], ctx: JobContext) -> None:
+    import asyncio
+
+    _record(ctx.job_id, "start")
+    try:
+        await asyncio.sleep(600)
+    except asyncio.CancelledError:
+        _record(ctx.job_id, f"cancelled:{ctx.cancel_reason}")
+        raise
+
+
+@app.job("cancel_thread")
+def cancel_thread(payload: dict[str, object], ctx: JobContext) -> None:
+    _record(ctx.job_id, "start")
+    ctx.cancelled.wait(600)
+    _record(ctx.job_id, f"cancelled:{ctx.cancel_reason}")
+
+
+@app.job("ignore_cancel")
+def ignore_cancel(payload: dict[str, object], ctx: JobContext) -> None:
+    """Never looks at ctx: runs until the file ``payload["release"]`` exists, then returns."""
+    _record(ctx.job_id, "start")
+    release = str(payload["release"])
+    while not os.path.exists(release):
+        time.sleep(0.02)
+    _record(ctx.job_id, "finished")

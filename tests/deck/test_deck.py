@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from chokaq.domain.models import EnqueueRequest, Lease
-from chokaq.domain.states import Location
+from chokaq.domain.states import FailureReason, Location
 from chokaq.runtime.sweeper import run_sweep
 from chokaq.storage.admin import Actor, AdminStore
 from tests.deck.conftest import OPERATOR_TOKEN, VIEWER_TOKEN, DeckEnv, screenshot
@@ -361,3 +361,59 @@ def test_the_inspector_lists_every_attempt_and_shows_hostile_error_text_as_text(
     assert page.evaluate("window.__pwned") is None
     assert history.locator("img").count() == 0
     screenshot(page, f"{deck.db}-attempts")
+
+
+def test_an_operator_cancels_a_running_job_from_the_inspector(deck: DeckEnv, page: Any) -> None:
+    expect = _expect()
+    s = deck.app.storage
+    job_id, _ = s.enqueue(EnqueueRequest(type="noop_v1", queue="reports", payload="{}", created_by="test"))
+    (fetched,) = s.fetch("ghost-worker", 1, ["reports"])  # the test worker does not serve "reports"
+    (running,) = s.start("ghost-worker", [fetched]).started
+
+    page.goto(deck.auth_url + "/deck/")
+    page.get_by_test_id("signin-token").fill(OPERATOR_TOKEN)
+    page.get_by_test_id("signin-submit").click()
+    expect(page.get_by_test_id("who")).to_have_text("otto · operator")
+    page.get_by_test_id("nav-hot").click()
+    row(page, "hot", job_id).get_by_test_id("open-job").click()
+    insp = page.get_by_test_id("inspector")
+    expect(insp.get_by_test_id("insp-worker")).to_have_text("ghost-worker")
+    assert insp.get_by_test_id("insp-cancel").count() == 0  # the Pending job's cancel is not offered
+    insp.get_by_test_id("insp-cancel-running").click()
+    dialog = page.get_by_test_id("confirm-dialog")
+    expect(dialog).to_contain_text("is Processing on worker ghost-worker")
+    # Dismissed: nothing happens.
+    dialog.get_by_test_id("confirm-cancel").click()
+    assert s.get_job(job_id).location is Location.HOT  # type: ignore[union-attr]
+    insp.get_by_test_id("insp-cancel-running").click()
+    page.get_by_test_id("confirm-reason").fill("stuck on a dead host")
+    page.get_by_test_id("confirm-ok").click()
+    expect(insp.get_by_test_id("insp-status")).to_contain_text("Cancelled: the job is in the DLQ now")
+    expect(insp.get_by_test_id("insp-reason")).to_have_text("Cancelled")
+    expect(insp.get_by_test_id("insp-error")).to_contain_text("Cancelled by otto: stuck on a dead host")
+    expect(insp.get_by_test_id("insp-error")).to_contain_text("It was Processing on worker ghost-worker")
+    dead = s.get_job(job_id)
+    assert dead is not None and dead.location is Location.DLQ
+    # Its worker's late success is refused.
+    from chokaq.storage import Completion
+
+    assert s.complete("ghost-worker", [Completion(running.lease, 1)]) == set()
+    (audit,) = [a for a in AdminStore(s).list_audit(job_id=job_id)[0] if a["action"] == "job.cancel"]
+    assert audit["actor"] == "otto" and audit["details"]["was_running"][0]["worker"] == "ghost-worker"
+    screenshot(page, f"{deck.db}-cancel-running")
+
+    # In bulk: a selection in Hot jobs, a running job and a Pending one.
+    page.keyboard.press("Escape")
+    held, _ = s.enqueue(EnqueueRequest(type="noop_v1", queue="reports", payload="{}", created_by="test"))
+    assert [j.id for j in s.start("ghost-worker", s.fetch("ghost-worker", 1, ["reports"])).started] == [held]
+    waiting, _ = s.enqueue(EnqueueRequest(type="noop_v1", payload="{}", delay_seconds=3600, created_by="test"))
+    page.get_by_test_id("nav-hot").click()
+    hot = page.locator('[data-view="hot"]')
+    for job in (held, waiting):
+        row(page, "hot", job).get_by_test_id("select-row").check()
+    expect(hot.get_by_test_id("selected-count")).to_have_text("2 jobs selected")
+    hot.get_by_test_id("bulk-cancel-running").click()
+    expect(page.get_by_test_id("confirm-dialog")).to_contain_text("told to stop")
+    page.get_by_test_id("confirm-ok").click()
+    expect(page.get_by_test_id("flash")).to_contain_text("2 jobs cancelled (1 running: told to stop)")
+    assert {s.get_job(j).failure_reason for j in (held, waiting)} == {FailureReason.CANCELLED}  # type: ignore[union-attr]

@@ -112,7 +112,7 @@ def test_http_function_serves_the_admin_api(fapp: ChokaQ) -> None:
         r = await handler(http("POST", "/api/jobs/cancel", headers=HEADERS["viewer"], body={"ids": [job_id]}), None)
         assert r.status_code == 403
         r = await handler(http("POST", "/api/jobs/cancel", headers=HEADERS["operator"], body={"ids": [job_id]}), None)
-        assert json.loads(r.get_body()) == {"cancelled": 1, "skipped_ids": []}
+        assert json.loads(r.get_body()) == {"cancelled": 1, "skipped_ids": [], "was_running": []}
         r = await handler(http("POST", f"/api/dlq/{job_id}/resurrect", headers=HEADERS["operator"]), None)
         assert r.status_code == 200 and json.loads(r.get_body())["status"] == "Pending"
         # Buffered responses: the event stream answers with what it has plus one tick, then ends.
@@ -189,6 +189,25 @@ def test_retention_timer_purges_old_archive(fapp: ChokaQ) -> None:
 
     rows, _ = AdminStore(s).list_audit(actor="functions:retention")
     assert sum(r["details"]["deleted"] for r in rows) == 4
+
+
+def test_retention_timer_purges_old_dlq_rows_only_when_dlq_days_is_set(fapp: ChokaQ) -> None:
+    from chokaq.domain.states import FailureReason
+    from chokaq.storage.admin import AdminStore
+
+    s = fapp.storage
+    ids = [enqueue(s, type="dead_v1", queue="dead") for _ in range(3)]
+    for job in s.start("w", s.fetch("w", 3)).started:
+        assert s.fail(job.lease, FailureReason.FATAL_ERROR, "boom")
+    time.sleep(0.3)
+    retention = functions_of(build_function_app(fapp, environ={}))["retention"].get_user_function()
+    retention(TimerRequest())  # Retention.DlqDays unset: dead jobs stay, however old
+    assert all(s.get_job(i).location is Location.DLQ for i in ids)  # type: ignore[union-attr]
+    fapp.settings.retention.dlq_days = 0.000002  # ~0.17 s
+    retention(TimerRequest())
+    assert all(s.get_job(i) is None for i in ids)
+    rows, _ = AdminStore(s).list_audit(actor="functions:retention")
+    assert sum(r["details"]["deleted"] for r in rows if r["action"] == "dlq.retention") == 3
 
 
 def test_drain_timer_archives_jobs(fapp: ChokaQ) -> None:

@@ -79,3 +79,41 @@ def test_purge_archive_deletes_only_old_rows_in_batches(small: Storage) -> None:
     batches: list[int] = []
     assert admin.purge_archive(datetime.now() + timedelta(days=1), me, progress=batches.append) == 5
     assert batches == [2, 2, 1] and counts(small)["archive"] == 0
+
+
+def test_dlq_retention_deletes_only_older_rows_in_batches_and_audits_each(small: Storage) -> None:
+    from sqlalchemy import update
+
+    from chokaq.storage.schema import jobs_dlq
+
+    ids = small.enqueue_many([EnqueueRequest(type="t") for _ in range(7)])
+    jobs = small.start("w", small.fetch("w", 7)).started
+    for j in jobs:
+        assert small.fail(j.lease, FailureReason.FATAL_ERROR, "boom")
+    now = datetime.now()
+    # Five failed 10 days ago, two an hour ago.
+    old, recent = ids[:5], ids[5:]
+    small.write(
+        lambda c: c.execute(update(jobs_dlq).where(jobs_dlq.c.Id.in_(old)).values(FailedAtUtc=now - timedelta(days=10)))
+    )
+    small.write(
+        lambda c: c.execute(
+            update(jobs_dlq).where(jobs_dlq.c.Id.in_(recent)).values(FailedAtUtc=now - timedelta(hours=1))
+        )
+    )
+    admin = AdminStore(small)
+    me = Actor("system:retention", "admin")
+    failed_before = totals(small)[1]
+    assert admin.purge_dlq_older(now - timedelta(days=30), me) == 0
+    batches: list[int] = []
+    assert admin.purge_dlq_older(now - timedelta(days=7), me, progress=batches.append) == 5
+    assert batches == [2, 2, 1]
+    assert all(small.get_job(i) is None for i in old)
+    assert all(small.get_job(i).location is Location.DLQ for i in recent)  # type: ignore[union-attr]
+    # The failure totals are history: retention deletes rows, not counts.
+    assert totals(small)[1] == failed_before
+    rows, total = admin.list_audit(actor="system:retention")
+    assert total == 3
+    assert {r["action"] for r in rows} == {"dlq.retention"}
+    assert sorted(r["details"]["deleted"] for r in rows) == [1, 2, 2]
+    assert all(r["details"]["batch_size"] == BATCH for r in rows)

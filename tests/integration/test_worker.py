@@ -451,3 +451,36 @@ def test_a_reconcile_settles_rows_claimed_by_replies_the_worker_never_got(db_url
     assert back is not None and back.status == JobStatus.PENDING and back.worker_id is None
     assert back.attempt_count == 0  # it never ran: the attempt is given back
     assert counts(s)["dlq"] == 0
+
+
+def test_a_cancel_through_the_workers_own_process_stops_the_handler_at_once(db_url: str, run_worker: Any) -> None:
+    """`chokaq dev`, the Functions app: the API and a worker in one process. No heartbeat comes
+    within the test, and on SQLite no NOTIFY: only the in-process wake-up can stop the handler."""
+    from chokaq.storage.admin import Actor, AdminStore
+
+    app = make_app(
+        db_url,
+        execution={"heartbeat_interval_min": 300, "heartbeat_interval_max": 300},
+        recovery={"processing_zombie_timeout": 3600},
+        storage={"listen_notify": False},
+    )
+    reasons: list[str | None] = []
+
+    @app.job("long")
+    async def long(payload: dict[str, Any], ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(600)
+        finally:
+            reasons.append(ctx.cancel_reason)
+
+    job_id = app.enqueue("long", {})
+    w = run_worker(app)
+    wait_for(lambda: job_id in w.worker.executing)
+    res = AdminStore(app.storage).cancel([job_id], Actor("ops", "operator"), running=True)
+    assert res.was_running == [job_id]
+    wait_for(lambda: reasons)
+    assert reasons == ["cancelled"]
+    wait_for(lambda: "Its handler stopped at" in (app.storage.get_job(job_id).error_details or ""))  # type: ignore[union-attr]
+    w.stop()
+    assert totals(app.storage) == (0, 1, 0)
+    assert w.worker.stats["conflicts"] == 0

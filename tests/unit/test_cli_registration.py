@@ -15,6 +15,7 @@ EVERY_SUBCOMMAND = {
     "health",
     "job",
     "schedules",
+    "retention",
     "serve",
     "stats",
     "sweep",

@@ -76,3 +76,8 @@ def test_success_and_rejection() -> None:
     assert outcomes.succeeded(record(), LEASE).kind == "success"
     o = outcomes.rejected(record(), LEASE, "no handler")
     assert (o.kind, o.reason, o.details) == ("fail", FailureReason.REJECTED, "no handler")
+
+
+def test_an_operators_cancel_writes_nothing_the_cancel_moved_the_job_already() -> None:
+    assert cancelled(outcomes.CANCEL_OPERATOR).kind == "drop"
+    assert cancelled(outcomes.CANCEL_OPERATOR, thread=True).kind == "drop"

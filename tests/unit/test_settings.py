@@ -81,3 +81,16 @@ def test_env_names_cover_nested_and_legacy() -> None:
         "CHOKAQ_ADMIN__TOKENS",
     ):
         assert expected in names
+
+
+def test_dlq_retention_is_off_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CHOKAQ_RETENTION__DLQ_DAYS", raising=False)
+    assert load_settings().retention.dlq_days is None
+    monkeypatch.setenv("CHOKAQ_RETENTION__DLQ_DAYS", "")  # an app setting left empty
+    assert load_settings().retention.dlq_days is None
+    monkeypatch.setenv("CHOKAQ_RETENTION__DLQ_DAYS", "7")
+    assert load_settings().retention.dlq_days == 7.0
+    for bad in ("0", "-1", "a week"):
+        monkeypatch.setenv("CHOKAQ_RETENTION__DLQ_DAYS", bad)
+        with pytest.raises(ConfigurationError, match=r"retention\.dlq_days"):
+            load_settings()

@@ -210,6 +210,9 @@ function renderInspector(replaceEditor) {
       h("button", { type: "button", class: "btn btn-primary", dataset: { testid: "insp-save", mutating: "1", needsJson: "1", fkey: "insp-save" },
         onclick: () => inspectorSave() }, "Save"),
       button("Cancel job", () => inspectorCancel(), { kind: "btn-danger", mutating: true, testid: "insp-cancel", fkey: "insp-cancel" }));
+  } else if (job.location === "hot" && job.status !== "Pending" && may("POST /api/jobs/cancel")) {
+    actions.append(button("Cancel running job", () => inspectorCancelRunning(), { kind: "btn-danger", mutating: true,
+      testid: "insp-cancel-running", fkey: "insp-cancel-running" }));
   }
   const reschedule = canEdit && job.location === "hot" && may("POST /api/jobs/{job_id}/reschedule") ? rescheduleRow() : null;
 
@@ -395,6 +398,21 @@ function inspectorReschedule(local) {
   }
   inspectorAct(() => api("POST", `/api/jobs/${encodeURIComponent(id)}/reschedule`, body),
     local === null ? "Due now: the next free worker takes it." : "Rescheduled.");
+}
+
+async function inspectorCancelRunning() {
+  const job = state.insp.job;
+  const answer = await confirmDialog({ title: "Cancel this running job?", body: [
+    `Job ${job.id} is ${job.status} on worker ${job.worker_id || "?"}. It moves to the DLQ as Cancelled, and its handler is told to stop (at once on PostgreSQL, else at its worker's next heartbeat).`,
+    "A handler that ignores the cancel runs on, but whatever it returns is discarded. Resurrect brings the job back."],
+  count: 1, verb: "cancel", danger: true, requireTyping: false, confirmLabel: "Cancel running job", askReason: true });
+  if (!answer || !state.insp) return;
+  inspectorAct(async () => {
+    const body = { ids: [job.id], running: true };
+    if (answer.reason) body.reason = answer.reason;
+    const res = await api("POST", "/api/jobs/cancel", body);
+    if (!res.cancelled) throw new ApiError(409, "conflict", "not cancelled: the job has finished or left the hot table");
+  }, "Cancelled: the job is in the DLQ now, and its worker is told to stop it.");
 }
 
 async function inspectorCancel() {

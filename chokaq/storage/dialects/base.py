@@ -10,7 +10,7 @@ does otherwise.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -135,6 +135,11 @@ class Profile:
 
     def notify(self, conn: Connection, queue: str) -> None:
         """Inside a transaction storing new work on ``queue``: wake other processes at commit."""
+
+    def notify_cancel(self, conn: Connection, payloads: Sequence[str]) -> None:
+        """Inside the transaction that cancels running jobs: tell their workers at commit (each
+        payload names one run). Nothing where the database cannot: they learn at their next
+        heartbeat."""
 
     def tune_history_read(self, conn: Connection) -> None:
         """Inside the history's read transaction: planner settings for its grouped read."""

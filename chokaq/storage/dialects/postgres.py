@@ -3,7 +3,8 @@
 - Connections: libpq timeouts and keepalives in the connect arguments, a server-side statement
   timeout in the start-up packet; the worker's claims and completions may run on its event loop
   through psycopg's ``AsyncConnection`` (loop_transport.py).
-- Wake-ups: NOTIFY inside the enqueuing transaction, delivered at commit; LISTEN in postgres_listen.py.
+- Wake-ups: NOTIFY inside the enqueuing transaction, delivered at commit, and inside the one that
+  cancels running jobs (their workers stop them at once); LISTEN in postgres_listen.py.
 - Statements: list parameters bind as arrays; a finishing move is one statement (data-modifying
   CTEs) that bumps its own counter; the planner's statistics are kept current (postgres_statistics.py).
 - Errors worth a replay: serialisation failures, deadlocks, connection and admin-shutdown classes,
@@ -13,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from chokaq.storage.statements import MoveStatements
 
 NOTIFY_CHANNEL = "chokaq_jobs"
+# Running jobs an operator cancelled: the payload names the run (see storage/cancel.py).
+CANCEL_CHANNEL = "chokaq_cancel"
 # pg_advisory_xact_lock takes a bigint; any fixed number unique to chokaq works.
 PG_LOCK_KEY = 0x43484F4B41510001
 
@@ -103,6 +106,11 @@ class PostgresProfile(Profile):
     def notify(self, conn: Connection, queue: str) -> None:
         # Delivered to listening workers when (and only if) the transaction commits.
         conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, queue)))
+
+    def notify_cancel(self, conn: Connection, payloads: Sequence[str]) -> None:
+        # One per cancelled run (at most limits.MAX_BULK_IDS), delivered at commit.
+        for payload in payloads:
+            conn.execute(select(func.pg_notify(CANCEL_CHANNEL, payload)))
 
     def tune_history_read(self, conn: Connection) -> None:
         # The planner cannot estimate groups of computed buckets and guesses one per row, so it

@@ -1,4 +1,5 @@
-"""PostgreSQL LISTEN for new jobs, so idle workers start work without waiting for the next poll."""
+"""PostgreSQL LISTEN for new jobs, so idle workers start work without waiting for the next poll, and
+for running jobs an operator cancelled, so their handlers stop at once (not at the next heartbeat)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,22 @@ from collections.abc import Callable
 from sqlalchemy.engine import make_url
 
 from chokaq.domain.backoff import backoff
-from chokaq.storage.dialects.postgres import NOTIFY_CHANNEL
+from chokaq.storage.dialects.postgres import CANCEL_CHANNEL, NOTIFY_CHANNEL
 
 log = logging.getLogger("chokaq.notify")
 
 
-def listen(url: str, on_notify: Callable[[], None], stop: threading.Event, listening: threading.Event) -> None:
-    """Block until ``stop``, calling ``on_notify`` for each notification; ``listening`` is set while
-    the LISTEN connection is up. Reconnects on errors; polling keeps working meanwhile, so a lost
-    listener only costs latency."""
+def listen(
+    url: str,
+    on_notify: Callable[[], None],
+    stop: threading.Event,
+    listening: threading.Event,
+    on_cancel: Callable[[str], None] | None = None,
+) -> None:
+    """Block until ``stop``, calling ``on_notify`` for each new-work notification and ``on_cancel``
+    with the payload of each cancel (see storage/cancel.py); ``listening`` is set while the LISTEN
+    connection is up. Reconnects on errors; polling and heartbeats keep working meanwhile, so a
+    lost listener only costs latency."""
     import psycopg  # lazy: the PostgreSQL driver is optional
 
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
@@ -35,12 +43,17 @@ def listen(url: str, on_notify: Callable[[], None], stop: threading.Event, liste
                 keepalives_count=3,
             ) as conn:
                 conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                if on_cancel is not None:
+                    conn.execute(f"LISTEN {CANCEL_CHANNEL}")
                 listening.set()
                 failures = 0
                 on_notify()  # anything enqueued while we were not listening
                 while not stop.is_set():
-                    for _ in conn.notifies(timeout=0.5):
-                        on_notify()
+                    for n in conn.notifies(timeout=0.5):
+                        if n.channel == CANCEL_CHANNEL and on_cancel is not None:
+                            on_cancel(n.payload)
+                        else:
+                            on_notify()
         except Exception as exc:
             listening.clear()
             # Capped backoff, one line per try: polling carries on meanwhile.

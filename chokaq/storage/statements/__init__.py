@@ -5,9 +5,11 @@ The builders return SQLAlchemy statements (or SQL Server's shapes, from
 :mod:`chokaq.storage.queries` prints them for review.
 Modules: :mod:`.status` (Status literals), :mod:`.fence` (a worker's ownership predicate),
 :mod:`.claim`, :mod:`.leases` (start, heartbeat, release, retry, reschedule), :mod:`.moves`
-(JobsHot -> Archive/DLQ), :mod:`.counters` (StatsSummary), :mod:`.sweep`.
+(JobsHot -> Archive/DLQ), :mod:`.counters` (StatsSummary), :mod:`.sweep`, :mod:`.retention`,
+:mod:`.cancel` (what a worker reads and notes of a run an operator cancelled).
 """
 
+from chokaq.storage.statements.cancel import cancelled_runs_statement, stopped_note_statement
 from chokaq.storage.statements.claim import claim_statement, mssql_claim_statement, started_values
 from chokaq.storage.statements.columns import Columns
 from chokaq.storage.statements.counters import (
@@ -34,6 +36,7 @@ from chokaq.storage.statements.moves import (
     move_statements,
     zombie_statements,
 )
+from chokaq.storage.statements.retention import purge_older_statement
 from chokaq.storage.statements.status import FETCHED, PENDING, PROCESSING, status_in, status_is
 from chokaq.storage.statements.sweep import SweepStatements, sweep_statements
 
@@ -50,6 +53,7 @@ __all__ = [
     "StatsCounter",
     "SweepStatements",
     "bump_statement",
+    "cancelled_runs_statement",
     "claim_statement",
     "complete_statements",
     "counter_insert_statement",
@@ -59,6 +63,7 @@ __all__ = [
     "heartbeat_statement",
     "move_statements",
     "mssql_claim_statement",
+    "purge_older_statement",
     "release_statement",
     "reschedule_statement",
     "retry_statement",
@@ -66,6 +71,7 @@ __all__ = [
     "started_values",
     "status_in",
     "status_is",
+    "stopped_note_statement",
     "sweep_statements",
     "zombie_statements",
 ]

@@ -19,6 +19,8 @@ const VERBS = {
   resurrect: { label: "Resurrect", past: "resurrected", path: "/api/dlq/resurrect" },
   purge: { label: "Purge", past: "purged", path: "/api/dlq/purge" },
   cancel: { label: "Cancel", past: "cancelled", path: "/api/jobs/cancel" },
+  // The same route with running: true: jobs a worker holds are cancelled too, their handlers told to stop.
+  cancelRunning: { label: "Cancel", past: "cancelled", path: "/api/jobs/cancel", verb: "cancel" },
 };
 
 // Preview (dry_run) first, then a confirmation typed when purging or touching CONFIRM_AT+ jobs.
@@ -32,7 +34,8 @@ export async function bulkConfirm(action, target) {
     filter: Object.fromEntries(Object.entries(target.filter).filter(([, x]) => x)), max_jobs: maxBulk };
   // The API refuses an empty filter unless it is told "everything" explicitly.
   if (body.filter && Object.keys(body.filter).length === 0) body.all = true;
-  if (action === "cancel") {
+  if (action === "cancelRunning") body.running = true;
+  if (action === "cancel" || action === "cancelRunning") {
     count = matched = body.ids.length;
   } else {
     let preview;
@@ -60,12 +63,15 @@ export async function bulkConfirm(action, target) {
     lines.push(`Filter: ${describeFilter(body.filter)}.`);
     lines.push(matched > count ? `${plural(matched, "job")} match; this run acts on the oldest ${num(count)} (at most ${num(maxBulk)} per run).`
       : `${plural(matched, "job")} ${matched === 1 ? "matches" : "match"} this filter right now.`);
-  } else lines.push(`${plural(count, "selected job")} ${action === "cancel" ? "(only Pending jobs can be cancelled; others are skipped)" : "still in the DLQ"}.`);
+  } else lines.push(`${plural(count, "selected job")} ${action === "cancel" ? "(only Pending jobs can be cancelled; others are skipped)"
+    : action === "cancelRunning" ? "(Pending, and running ones too)" : "still in the DLQ"}.`);
   if (action === "purge") lines.push("Purged jobs are deleted for good. This cannot be undone.");
   if (action === "resurrect") lines.push("They go back to Pending with a fresh retry budget.");
   if (action === "cancel") lines.push("Cancelled jobs move to the DLQ (reason Cancelled).");
+  if (action === "cancelRunning") lines.push("Cancelled jobs move to the DLQ (reason Cancelled); the handlers of running ones "
+    + "are told to stop (at once on PostgreSQL, else at their worker's next heartbeat), and whatever they return is discarded.");
   const yes = await confirmDialog({
-    title: `${v.label} ${plural(count, "job")}?`, body: lines, count, verb: action, samples,
+    title: `${v.label} ${plural(count, "job")}?`, body: lines, count, verb: v.verb || action, samples,
     danger: action !== "resurrect", requireTyping: action === "purge" || count >= CONFIRM_AT,
     confirmLabel: `${v.label} ${plural(count, "job")}`,
   });
@@ -74,7 +80,9 @@ export async function bulkConfirm(action, target) {
     const res = await api("POST", v.path, body);
     const done = res.affected ?? res.cancelled ?? 0;
     const skipped = (res.skipped_ids || []).length;
-    flash(`${plural(done, "job")} ${v.past}${skipped ? `; ${num(skipped)} skipped (moved or not eligible)` : ""}.`,
+    const stopped = (res.was_running || []).length;
+    flash(`${plural(done, "job")} ${v.past}${stopped ? ` (${num(stopped)} running: told to stop)` : ""}`
+      + `${skipped ? `; ${num(skipped)} skipped (moved or not eligible)` : ""}.`,
       skipped ? "warn" : "info");
     for (const ls of Object.values(state.lists)) ls.selected.clear();
   } catch (exc) {

@@ -266,6 +266,8 @@ function renderBulkbar(name) {
     { kind: "btn-sm btn-danger", disabled: n === 0, mutating: true, testid: "bulk-purge", fkey: "b-purge" }));
   if (acts.cancel) parts.push(button("Cancel selected", () => bulkConfirm("cancel", { ids: ids() }),
     { kind: "btn-sm btn-danger", disabled: n === 0, mutating: true, testid: "bulk-cancel", fkey: "b-cancel" }));
+  if (acts.cancel) parts.push(button("Cancel selected, running too", () => bulkConfirm("cancelRunning", { ids: ids() }),
+    { kind: "btn-sm btn-danger-outline", disabled: n === 0, mutating: true, testid: "bulk-cancel-running", fkey: "b-cancel-run" }));
   if (name === "dlq") {
     parts.push(h("span", { class: "bulk-sep", "aria-hidden": "true" }, "|"),
       h("span", { class: "muted" }, "All matching this filter:"));
