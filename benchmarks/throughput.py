@@ -469,6 +469,12 @@ def noop_app(url: str, n: int, concurrency: int, batch: int) -> tuple[Any, dict[
         if state["seen"] >= n:
             state["done"].set()
 
+    # CHOKAQ_BENCH_IDLE_SCHEDULES=N: N schedules that never fall due during a round (the worker
+    # still polls for due ones), to show what defining schedules costs the hot path. A checkout
+    # from before schedules has no app.schedule and runs without them.
+    for i in range(int(os.environ.get("CHOKAQ_BENCH_IDLE_SCHEDULES", "0"))):
+        if hasattr(app, "schedule"):
+            app.schedule(f"idle-{i}", "0 0 1 1 *", job="noop")
     return app, state
 
 
