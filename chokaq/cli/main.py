@@ -15,6 +15,7 @@ from chokaq.cli.common import Ctx, app_option, friendly_errors, one_line, pass_c
 from chokaq.domain.errors import ConfigurationError
 from chokaq.domain.payload import parse_payload_text
 from chokaq.operations.job_out import JobOut
+from chokaq.redact import redact
 from chokaq.runtime.app import ChokaQ
 
 __all__ = ["Ctx", "app_option", "cli", "friendly_errors", "main", "pass_ctx"]
@@ -149,6 +150,8 @@ def _sweep_loop(app: ChokaQ) -> None:
                 click.echo(json.dumps(run_sweep(app.storage, app.settings).as_dict()))
         except (OperationalError, DBAPIError) as exc:
             click.echo(f"sweep failed: {one_line(exc)}", err=True)
+        except Exception as exc:  # a bug in one pass must not end the loop that recovers zombies
+            click.echo(f"sweep failed: {type(exc).__name__}: {redact(one_line(exc))}", err=True)
         stop.wait(min(app.settings.schedules.poll_interval, app.settings.recovery.scan_interval))
 
 

@@ -25,6 +25,7 @@ from chokaq.redact import redact
 MAX_ENTRIES = 20
 MAX_MESSAGE_CHARS = 2_000
 MAX_TRACEBACK_CHARS = 8_000
+MAX_HISTORY_CHARS = 64_000  # the stored history in all (ASCII JSON: other text is escaped, up to 6x)
 MAX_DETAILS_CHARS = 64_000  # JobsDLQ.ErrorDetails: the last failure's message and traceback
 
 # What ended an attempt, as the inspector shows it.
@@ -136,7 +137,9 @@ def parse(stored: str | None) -> list[dict[str, Any]]:
 
 
 def appended(stored: str | None, *entries: Attempt) -> str:
-    """``stored`` with ``entries`` added, bounded to the first and the latest entries."""
+    """``stored`` with ``entries`` added, bounded to the first and the latest entries, and in all
+    to :data:`MAX_HISTORY_CHARS` (older entries lose their tracebacks first): every claim of the
+    job carries the history, so it must stay small."""
     items = parse(stored) + [e.as_json() for e in entries]
     if len(items) > MAX_ENTRIES:
         first, rest = items[0], items[1:]
@@ -144,6 +147,17 @@ def appended(stored: str | None, *entries: Attempt) -> str:
         dropped = len(rest) - len(keep) + int(first.get("dropped_after", 0))
         first = {**first, "dropped_after": dropped}  # entries dropped between the first and the rest
         items = [first, *keep]
+    text = _dumps(items)
+    for i in range(len(items) - 1):  # the latest entry keeps its traceback
+        if len(text) <= MAX_HISTORY_CHARS:
+            break
+        if "traceback" in items[i]:
+            items[i] = {k: v for k, v in items[i].items() if k != "traceback"}
+            text = _dumps(items)
+    return text
+
+
+def _dumps(items: list[dict[str, Any]]) -> str:
     return json.dumps(items, ensure_ascii=True, separators=(",", ":"))
 
 
@@ -160,7 +174,10 @@ def final_failure(
     """The entry for a dead job's last attempt when its history lacks one: the sweep buries a zombie
     and an operator cancels a job in one statement over many rows, which the worker's in-memory
     history never sees. None when the history has it (the worker wrote it) or nothing ran."""
-    if attempt <= 0 or any(e.get("attempt") == attempt for e in parse(stored)):
+    entries = parse(stored)
+    # Only entries since the last resurrect: a resurrect starts the attempts again from 0.
+    since = next((i for i in range(len(entries) - 1, -1, -1) if entries[i].get("outcome") == RESURRECTED), -1)
+    if attempt <= 0 or any(e.get("attempt") == attempt for e in entries[since + 1 :]):
         return None
     first_line = (details or "").split("\n", 1)[0] or None
     return Attempt(

@@ -196,7 +196,7 @@ def _due_newest_first(
     on_time: list[datetime] = []
     late: list[datetime] = []
     older = 0
-    for utc in _slots(cron, zi, _wall(now, zi) + timedelta(seconds=1), reverse=True):
+    for utc in _slots(cron, zi, _walk_start(now, zi), reverse=True):
         if utc > now:
             continue
         if utc < due or len(on_time) >= _COUNT_LIMIT or older >= _COUNT_LIMIT:
@@ -208,6 +208,20 @@ def _due_newest_first(
         else:
             older += 1
     return on_time, late, older
+
+
+def _walk_start(now: datetime, tz: ZoneInfo) -> datetime:
+    """The wall time a backward walk over the slots up to ``now`` (naive UTC) starts from.
+
+    In the second pass of a repeated hour the wall clock has gone back: slots of the first pass
+    (their first occurrence, which is when they fire) carry wall times later than now's. The walk
+    then starts from the end of the repeated hour, and the slots after ``now`` are passed over."""
+    local = now.replace(tzinfo=UTC).astimezone(tz)
+    start = local.replace(tzinfo=None) + timedelta(seconds=1)
+    if local.fold:
+        first_pass = local.replace(fold=0).utcoffset() or timedelta(0)
+        start += first_pass - (local.utcoffset() or timedelta(0))
+    return start
 
 
 def slot_key(name: str, slot: datetime) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 
 from chokaq.domain.schedules import Fired
 from chokaq.settings import ChokaQSettings
@@ -20,7 +21,16 @@ def fire_due(storage: Storage, settings: ChokaQSettings) -> list[Fired]:
     store = ScheduleStore(storage)
     out: list[Fired] = []
     for name in store.due():
-        fired = store.fire(name, grace=settings.schedules.missed_grace)
+        try:
+            fired = store.fire(name, grace=settings.schedules.missed_grace)
+        except Exception as exc:
+            if is_transient(exc):
+                raise  # the database is away: the caller backs off, for every schedule alike
+            # One schedule this process cannot fire (a zone or expression its tzdata or cron
+            # library does not know, during a rolling deploy, say) must not hold up the others.
+            _report_once(storage, name, exc)
+            continue
+        _failing.get(storage, {}).pop(name, None)
         if fired is None:
             continue
         out.append(fired)
@@ -37,6 +47,19 @@ def fire_due(storage: Storage, settings: ChokaQSettings) -> list[Fired]:
                 fired.next_due.isoformat(),
             )
     return out
+
+
+# Per storage, what each schedule this process could not fire failed with, so that a failure
+# repeated every Schedules.PollInterval is logged once (and again once it changes).
+_failing: weakref.WeakKeyDictionary[Storage, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def _report_once(storage: Storage, name: str, exc: Exception) -> None:
+    what = f"{type(exc).__name__}: {str(exc).strip()[:300]}"
+    seen = _failing.setdefault(storage, {})
+    if seen.get(name) != what:
+        seen[name] = what
+        log.error("schedule %s cannot be fired here (%s); the other schedules go on", name, what)
 
 
 async def fire_forever(storage: Storage, settings: ChokaQSettings) -> None:

@@ -4,11 +4,11 @@ it may claim or start. The fetch and start loops ask it what to do next and wait
 Stages of a job held here: claimed by a fetch in flight (counted only), buffered (Fetched, waiting
 for a slot), being started (a start batch in flight), running (started and not yet finalised;
 ``executing`` while its handler still runs). A handler frees its slot when it returns, before its
-outcome is written, so that outcomes can be written in batches. Finished-but-unwritten jobs are
-bounded by Concurrency: once that many wait, no handler starts until some are written. A job that
-finished but whose outcome a crash lost is Processing in the database, and the sweep makes it a
-Zombie like one that was cut off mid-way; the bound keeps one crash to at most 2 x Concurrency
-Processing rows (the running and the finished), however long the database held the writes back.
+outcome is written, so that outcomes can be written in batches. Jobs started and not yet written
+back (running or finished) are bounded by 2 x Concurrency: at that many, no handler starts until
+some outcomes are written. A job that finished but whose outcome a crash lost is Processing in the
+database, and the sweep makes it a Zombie like one that was cut off mid-way; the bound keeps one
+crash to at most 2 x Concurrency Processing rows, however long the database held the writes back.
 
 Waiters listen to what can satisfy them: ``slot`` (a slot may be free), ``jobs`` (jobs were
 buffered) and ``room`` (the buffer has room, a claim ended, or a backlog showed: fetchers look

@@ -116,3 +116,32 @@ def test_the_history_keeps_the_first_and_the_latest_entries() -> None:
     assert len(entries) == MAX_ENTRIES
     assert entries[0]["attempt"] == 1 and entries[0]["dropped_after"] == 10
     assert [e["attempt"] for e in entries[1:]] == list(range(12, 31))
+
+
+def test_a_dead_jobs_last_attempt_after_a_resurrect_is_not_taken_for_an_earlier_one() -> None:
+    from datetime import UTC, datetime
+
+    from chokaq.domain.attempts import final_failure, resurrected
+
+    before = appended(
+        None,
+        Attempt(attempt=1, outcome="retried", ended_utc="t1"),
+        Attempt(attempt=2, outcome="dead-lettered", ended_utc="t2"),
+        resurrected("ops", datetime.now(UTC)),
+    )
+    # Attempt 1 after the resurrect died with its worker: it is not the attempt 1 from before.
+    final = final_failure(
+        before, attempt=1, reason="Zombie", worker="w", started=None, failed_at=datetime.now(UTC), details="lost"
+    )
+    assert final is not None and final.outcome == "worker lost"
+
+
+def test_the_stored_history_stays_small_however_long_the_tracebacks() -> None:
+    from chokaq.domain.attempts import MAX_HISTORY_CHARS
+
+    stored = None
+    for n in range(1, 31):
+        stored = appended(stored, Attempt(attempt=n, outcome="retried", ended_utc="t", traceback="é" * 7_000))
+    assert stored is not None and len(stored) <= MAX_HISTORY_CHARS
+    entries = json.loads(stored)
+    assert "traceback" in entries[-1] and len(entries) == MAX_ENTRIES  # the latest keeps its traceback

@@ -335,3 +335,43 @@ def test_a_retry_whose_reply_was_lost_is_recognised_in_a_later_call(
         direct.write(lambda c, i=job.id: c.execute(jobs_hot.delete().where(jobs_hot.c.Id == i)))
     assert recognised >= 1
     s.close()
+
+
+def test_a_schedule_run_now_whose_reply_is_lost_stores_one_job_and_one_audit_row(
+    pg_url: str, direct: Storage, fault_proxy: Proxy
+) -> None:
+    """Run now has no slot to re-check: the request's own idempotency key makes a replay after a
+    lost reply find the job the lost attempt stored, and skip the second audit row."""
+    from chokaq import ChokaQ
+    from chokaq.storage import Actor, ScheduleStore
+    from chokaq.storage.schema import audit_log
+
+    proxy = fault_proxy(pg_url)
+    app = ChokaQ(storage_url=proxy.url(pg_url), storage={"transient_retries": 5, "listen_notify": False})
+
+    @app.job("report_v1")
+    def report(payload: dict[str, object]) -> None:
+        pass
+
+    app.schedule("nightly", "0 3 * * *", job="report_v1")
+    app.sync_schedules()
+    store = ScheduleStore(app.storage)
+    ids = []
+    for n in range(REQUESTS):
+        done = proxy.arm_swallow(after=n)
+        ids.append(store.run_now("nightly", Actor("ops", "operator")))
+        proxy.wait_swallowed(done, 0.5)
+        proxy.disarm()
+
+    def counts(c: Any) -> tuple[int, int]:
+        jobs = c.execute(
+            select(func.count()).select_from(jobs_hot).where(jobs_hot.c.Tags == "schedule:nightly@run-now")
+        ).scalar_one()
+        audits = c.execute(
+            select(func.count()).select_from(audit_log).where(audit_log.c.Action == "schedule.run")
+        ).scalar_one()
+        return int(jobs), int(audits)
+
+    assert direct.read(counts) == (REQUESTS, REQUESTS)
+    assert len(set(ids)) == REQUESTS and all(direct.get_job(i) is not None for i in ids)
+    app.close()

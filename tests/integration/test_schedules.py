@@ -293,3 +293,25 @@ def test_a_worker_on_a_database_without_the_table_still_runs_jobs(
     assert "the code's schedules were not stored" in caplog.text and "chokaq db upgrade" in caplog.text
     assert caplog.text.count("schedules: firing failed") == 1  # once while it repeats, not every poll
     app.close()
+
+
+def test_a_schedule_this_process_cannot_fire_does_not_hold_up_the_others(
+    app: ChokaQ, caplog: pytest.LogCaptureFixture
+) -> None:
+    app.schedule("a-broken", "* * * * *", job="tick_v1")
+    app.schedule("b-fine", "* * * * *", job="tick_v1")
+    app.sync_schedules()
+    set_due(app.storage, "a-broken")
+    set_due(app.storage, "b-fine")
+    # A zone this host's tzdata does not know (written by a newer host during a rolling deploy).
+    app.storage.write(
+        lambda c: c.execute(update(schedules).where(schedules.c.Name == "a-broken").values(TimeZone="Mars/Olympus"))
+    )
+    with caplog.at_level("ERROR", logger="chokaq.schedules"):
+        fired = app.fire_schedules()
+        assert app.fire_schedules() == []  # and again: logged once
+    assert [f.name for f in fired] == ["b-fine"]
+    assert [r.getMessage() for r in caplog.records].count(
+        next(r.getMessage() for r in caplog.records if "a-broken" in r.getMessage())
+    ) == 1
+    assert ScheduleStore(app.storage).get("a-broken").next_due_utc <= datetime.now()  # not moved

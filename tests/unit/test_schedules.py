@@ -58,6 +58,26 @@ def test_the_second_pass_of_the_repeated_hour_fires_nothing_again() -> None:
     assert fired == [datetime(2026, 10, 25, 2, 0), datetime(2026, 10, 25, 2, 15)]  # 03:00 and 03:15 CET
 
 
+@pytest.mark.parametrize(
+    ("cron", "due", "now"),
+    [
+        ("30 2 * * *", datetime(2026, 10, 25, 0, 30), datetime(2026, 10, 25, 1, 10)),  # nightly, fired at 02:10 CET
+        ("*/15 * * * *", datetime(2026, 10, 25, 0, 45), datetime(2026, 10, 25, 1, 5)),  # 02:45 CEST due, 02:05 CET now
+        ("*/15 * * * *", datetime(2026, 10, 25, 0, 45), datetime(2026, 10, 25, 1, 40)),
+    ],
+)
+@pytest.mark.parametrize("grace", [60.0, 3600.0])
+def test_a_firing_in_the_second_pass_of_the_repeated_hour_still_fires_the_due_slot(
+    cron: str, due: datetime, now: datetime, grace: float
+) -> None:
+    # The wall clock has gone back (02:xx CET after 02:xx CEST): the due slot's wall time is later
+    # than now's, yet the slot is past and due. It fires (as on time or as the latest missed one).
+    for missed in ("latest", "all"):
+        firing = plan_firing(cron, OSLO, due, now, missed, 10, grace)  # type: ignore[arg-type]
+        assert firing.slots == [due], (missed, firing)
+        assert firing.next_due > now
+
+
 def test_new_york_transitions_too() -> None:
     # 2026-03-08 02:00 EST -> 03:00 EDT (07:00Z); 2026-11-01 02:00 EDT -> 01:00 EST (06:00Z).
     assert next_slot("30 2 * * *", NEW_YORK, datetime(2026, 3, 8, 0)) == datetime(2026, 3, 9, 6, 30)
