@@ -147,12 +147,14 @@ def test_cancel_racing_a_finish_exactly_one_wins(s: Storage) -> None:
     print(f"cancel vs finish over {ROUNDS} rounds: {dict(wins)}")
 
 
-def test_postgres_tells_the_running_jobs_worker_at_commit(db_url: str, s: Storage) -> None:
-    if not db_url.startswith("postgresql"):
-        pytest.skip("NOTIFY is PostgreSQL's")
+def test_postgres_tells_the_running_jobs_worker_at_commit(pg_url: str) -> None:
+    # PostgreSQL only (NOTIFY): it takes pg_url, not the per-profile db_url.
     import psycopg
     from sqlalchemy.engine import make_url
 
+    db_url = pg_url
+    s = Storage(db_url)
+    s.upgrade()
     (job,) = running(s)
     pending, _ = s.enqueue(EnqueueRequest(type="t"))
     dsn = make_url(db_url).set(drivername="postgresql").render_as_string(hide_password=False)
@@ -162,3 +164,4 @@ def test_postgres_tells_the_running_jobs_worker_at_commit(db_url: str, s: Storag
         AdminStore(s).cancel([job.id], OPS, running=True)
         heard = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
     assert [json.loads(p) for p in heard] == [{"id": job.id, "worker": "w", "attempt": 1}]
+    s.close()
