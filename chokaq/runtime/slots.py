@@ -86,6 +86,11 @@ class Slots:
             return min(self.batch, idle), True
         if not primary:
             return None
+        if self.max_held - len(self.running) < self.concurrency - len(self.executing):
+            # The slots are held by outcomes not yet written, not by running handlers: they come
+            # free when the completer's write returns. A job buffered for them would wait as long
+            # and cost a second write (Fetched, then its start); claim for them once they are idle.
+            return None
         queued = len(self.buffer) + self._claiming
         want = min(self.batch, self.prefetch - queued)
         # The buffer is for the slots that running handlers will free, so it is refilled only

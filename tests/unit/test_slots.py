@@ -115,3 +115,17 @@ def test_a_stopping_worker_claims_nothing_even_when_a_full_claim_just_showed_a_b
     s.stop()
     assert s.claim_size(primary=False) is None
     assert s.claim_size(primary=True) is None
+
+
+def test_slots_held_by_unwritten_outcomes_are_not_claimed_into_the_buffer() -> None:
+    # Two handlers run; six returned and wait for their outcomes to be written: the bound (2 x 4)
+    # is reached by unwritten outcomes, whose slots come free when the completer's write returns.
+    # A job buffered for them would only cost a second write (Fetched, then its start).
+    s = slots(concurrency=4, prefetch=10)
+    for n in range(8):
+        s.launched(running(job(n)))
+    for n in range(6):
+        s.handler_ended(f"j{n}")
+    assert s.free() == 0 and s.claim_size(primary=True) is None
+    s.finished(["j0", "j1"])
+    assert s.claim_size(primary=True) == (2, True)  # idle again: straight into Processing
