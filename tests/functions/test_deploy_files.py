@@ -55,6 +55,14 @@ def test_local_settings_are_known() -> None:
     assert local_values()["FUNCTIONS_WORKER_RUNTIME"] == "python"
 
 
+def test_local_settings_turn_the_workers_telemetry_on_only_with_a_connection_string() -> None:
+    # With an empty connection string the Python worker's Azure Monitor distro fails at every start
+    # (a ValueError and its traceback in the log of a fresh `func start`).
+    values = local_values()
+    if values.get("PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY", "").lower() == "true":
+        assert values.get("APPLICATIONINSIGHTS_CONNECTION_STRING", "").strip()
+
+
 def test_local_settings_pass_engine_validation(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in setting_env_names():
         monkeypatch.delenv(name, raising=False)
