@@ -152,7 +152,7 @@ class BreakerStore:
         return self.storage.write(work, op="breaker_probes")
 
     # ------------------------------------------------------------------ operators
-    def list(self) -> list[b.BreakerState]:
+    def every(self) -> list[b.BreakerState]:
         return self.storage.read(lambda c: [_state(r) for r in c.execute(sb.rows_statement())], op="breakers")
 
     def close(self, job_type: str, actor: Actor) -> tuple[b.BreakerState, b.BreakerChange | None]:

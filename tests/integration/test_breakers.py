@@ -38,7 +38,7 @@ def s(db_url: str) -> Iterator[Storage]:
 
 
 def state_of(store: BreakerStore, job_type: str) -> int:
-    return {r.job_type: r.state for r in store.list()}[job_type]
+    return {r.job_type: r.state for r in store.every()}[job_type]
 
 
 def open_breaker(store: BreakerStore, job_type: str = "bad") -> None:
