@@ -16,10 +16,10 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from chokaq.domain.breakers import CLOSED, OPEN
+from chokaq.domain.breakers import CLOSED, OPEN, BreakerPolicy
 from chokaq.domain.models import EnqueueRequest
-from chokaq.storage import Storage
-from chokaq.storage.schema import circuit_breakers, jobs_archive, jobs_hot
+from chokaq.storage import BreakerStore, Storage
+from chokaq.storage.schema import audit_log, circuit_breakers, jobs_archive, jobs_hot
 from chokaq.storage.sqlfuncs import utcnow
 from tests.acceptance.conftest import run_cli
 from tests.helpers import wait_for
@@ -116,4 +116,24 @@ def test_three_workers_agree_on_a_breaker(db_url: str, tmp_path: Path, workers: 
     assert logs.count("circuit breaker of flaky: closed -> open") == 1
     assert logs.count("circuit breaker of flaky: open -> half_open") == 1, logs
     assert logs.count("circuit breaker of flaky: half_open -> closed") == 1
+    s.close()
+
+
+def test_the_cli_lists_and_closes_a_breaker(sqlite_url: str) -> None:
+    assert run_cli(sqlite_url, "db", "upgrade").returncode == 0
+    done = run_cli(sqlite_url, "breakers", "list")
+    assert (done.returncode, done.stdout.strip()) == (0, "no circuit breakers")
+    s = Storage(sqlite_url)
+    for _ in range(2):
+        BreakerStore(s).record_failure("mailer", BreakerPolicy(failure_threshold=2), "worker-1")
+    listed = run_cli(sqlite_url, "breakers", "list", "--json")
+    assert [(r["job_type"], r["state"]) for r in json.loads(listed.stdout)] == [("mailer", "open")]
+    assert "mailer" in run_cli(sqlite_url, "breakers", "list").stdout
+    closed = run_cli(sqlite_url, "breakers", "close", "mailer", "--actor", "cli:ops")
+    assert closed.returncode == 0 and json.loads(closed.stdout)["state"] == "closed"
+    assert BreakerStore(s).every()[0].updated_by == "cli:ops"
+    audit = s.read(lambda c: c.execute(select(audit_log.c.Actor).where(audit_log.c.Action == "breaker.close")).all())
+    assert [r[0] for r in audit] == ["cli:ops"]
+    missing = run_cli(sqlite_url, "breakers", "close", "nope")
+    assert missing.returncode != 0 and len(missing.stderr.strip().splitlines()) == 1 and "nope" in missing.stderr
     s.close()
