@@ -83,6 +83,9 @@ class BreakerGuard:
         self._clock = clock
         self._next_look = 0.0
         self.probes: set[str] = set()  # ids of the jobs this worker claimed as probes
+        # Types whose breaker this worker last saw open or half-open: their buffered jobs (claimed
+        # before it opened) go back to Pending instead of starting (see Starter).
+        self.blocked: set[str] = set()
 
     @classmethod
     def for_handlers(
@@ -117,6 +120,12 @@ class BreakerGuard:
         if policy is None or (o.reason is not None and o.reason in NOT_COUNTED):
             return
         await self._report(self.breakers.record_failure, o.record.type, policy, self.store.worker_id)
+        self._next_look = 0.0  # look at the states again before the next claim
+
+    def holds(self, job: JobRecord) -> bool:
+        """A buffered job that should not start: its type's breaker is not closed, and it is not
+        one of this worker's probes."""
+        return job.type in self.blocked and job.id not in self.probes
 
     async def _report(self, fn: Callable[..., BreakerChange | None], *args: object) -> None:
         # Best effort: the outcome itself is written; a breaker that misses one count is harmless,
@@ -126,6 +135,11 @@ class BreakerGuard:
         except Exception as exc:
             log.warning("circuit breaker not updated: %s", exc)
             return
+        if change is not None:
+            if change.new == "closed":
+                self.blocked.discard(change.job_type)
+            else:
+                self.blocked.add(change.job_type)
         announce(self.events, change)
 
     # ------------------------------------------------------------------ probes
@@ -138,6 +152,7 @@ class BreakerGuard:
         self._next_look = now + self.probe_interval
         try:
             rows = await self.store.call(self.breakers.not_closed)
+            self.blocked = {r.job_type for r in rows if r.job_type in self.policies}
             jobs: list[JobRecord] = []
             for row in rows:
                 policy = self.policies.get(row.job_type)
@@ -147,6 +162,8 @@ class BreakerGuard:
                     self.breakers.claim_probes, self.store.worker_id, row.job_type, policy, queues
                 )
                 announce(self.events, change)
+                if change is not None and change.new == "closed":
+                    self.blocked.discard(row.job_type)
                 self.probes.update(j.id for j in got)
                 jobs += got
             return jobs

@@ -111,7 +111,14 @@ class Worker:
             app.handlers, self.settings, self.id, self.concurrency, *collaborators, note_stopped=self.store.note_stopped
         )
         parts = (self.store, self.slots, self.reconciler, self.outage, self.counts, self.activity)
-        self.starter = Starter(*parts, self.execution, self.deadlines, self.settings.storage, zombie_retry_types)
+        self.starter = Starter(
+            *parts,
+            self.execution,
+            self.deadlines,
+            self.settings.storage,
+            zombie_retry_types,
+            breakers=self.breakers,
+        )
         self.fetcher = Fetcher(
             *parts,
             self.settings.storage,

@@ -82,7 +82,9 @@ def _write(c: Connection, new: b.BreakerState) -> None:
         "b_UpdatedBy": new.updated_by,
         "b_LastUpdatedUtc": new.last_updated_utc,
     }
-    c.execute(sb.write_row_statement(), {"breaker_type": new.job_type, **values})
+    nulls = frozenset(k[2:] for k, v in values.items() if v is None)
+    params = {k: v for k, v in values.items() if v is not None}
+    c.execute(sb.write_row_statement(nulls), {"breaker_type": new.job_type, **params})
 
 
 class BreakerStore:

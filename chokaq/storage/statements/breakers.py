@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Select, String, and_, bindparam, insert, literal_column, select, true, update
+from sqlalchemy import Select, String, and_, bindparam, insert, literal_column, null, select, true, update
 from sqlalchemy.sql.dml import Insert, ReturningUpdate, Update
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -69,13 +69,19 @@ def insert_row_statement() -> Insert:
     )
 
 
-@functools.lru_cache(maxsize=1)
-def write_row_statement() -> Update:
-    """The locked row's new state, as the transition (chokaq.domain.breakers) decided it."""
+@functools.lru_cache(maxsize=32)
+def write_row_statement(nulls: frozenset[str] = frozenset()) -> Update:
+    """The locked row's new state, as the transition (chokaq.domain.breakers) decided it.
+
+    ``nulls``: the columns set to NULL, written as NULL in the text: a NULL parameter is one
+    pyodbc has SQL Server describe, a round trip of its own. At most 16 shapes (four nullable
+    columns), each built once."""
     return (
         update(circuit_breakers)
         .where(cb.JobType == bindparam("breaker_type", type_=cb.JobType.type))
-        .values({name: bindparam(f"b_{name}", type_=cb[name].type) for name in STATE_COLUMNS})
+        .values(
+            {name: null() if name in nulls else bindparam(f"b_{name}", type_=cb[name].type) for name in STATE_COLUMNS}
+        )
     )
 
 
