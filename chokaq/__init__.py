@@ -1,5 +1,6 @@
 """chokaq: SQL-backed background jobs with heartbeats, zombie rescue and a safe DLQ workflow."""
 
+from chokaq.domain.breakers import BreakerPolicy
 from chokaq.domain.errors import ConflictError, FatalError, JobValidationError, NotFoundError, ThrottledError
 from chokaq.domain.models import Enqueued
 from chokaq.domain.states import FailureReason, JobStatus
@@ -9,6 +10,7 @@ from chokaq.runtime.job_handle import JobHandle
 from chokaq.settings import ChokaQSettings, load_settings
 
 __all__ = [
+    "BreakerPolicy",
     "ChokaQ",
     "ChokaQSettings",
     "ConflictError",

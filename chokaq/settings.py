@@ -28,6 +28,28 @@ LEGACY_ALIASES = {
 }
 
 
+class CircuitBreakerSettings(BaseModel):
+    """Execution.CircuitBreaker.*: a breaker per job type (docs/circuit-breaker.md). Off unless
+    Enabled; a handler's ``@app.job(..., breaker=...)`` overrides it for its type."""
+
+    enabled: bool = Field(default=False, description="Execution.CircuitBreaker.Enabled")
+    failure_threshold: int = Field(
+        default=5,
+        ge=1,
+        le=1_000_000,
+        description="Execution.CircuitBreaker.FailureThreshold: failed attempts within Window that open it",
+    )
+    window: float = Field(default=60.0, gt=0, description="Execution.CircuitBreaker.Window: seconds")
+    open_duration: float = Field(
+        default=30.0,
+        gt=0,
+        description="Execution.CircuitBreaker.OpenDuration: seconds the type is not claimed before probes",
+    )
+    half_open_probes: int = Field(
+        default=1, ge=1, le=1000, description="Execution.CircuitBreaker.HalfOpenProbes: jobs let through half-open"
+    )
+
+
 class ExecutionSettings(BaseModel):
     default_timeout: float = Field(default=15 * 60, gt=0, description="Execution.DefaultTimeout")
     heartbeat_interval_min: float = Field(default=8.0, gt=0, description="Execution.HeartbeatIntervalMin")
@@ -38,6 +60,7 @@ class ExecutionSettings(BaseModel):
     prefetch: int = Field(default=100, ge=1, le=10_000, description="prefetch buffer size")
     fetch_batch_size: int = Field(default=20, ge=1, le=1000)
     shutdown_grace: float = Field(default=30.0, ge=0)
+    circuit_breaker: CircuitBreakerSettings = Field(default_factory=CircuitBreakerSettings)
     health_file: str | None = Field(
         default=None,
         description="Execution.HealthFile: where a worker keeps its health for `chokaq health` (the container "
@@ -75,7 +98,12 @@ class RetrySettings(BaseModel):
     backoff_multiplier: float = Field(default=2.0, ge=1.0)
     max_delay: float = Field(default=3600.0, ge=0)
     jitter_max_delay: float = Field(default=1.0, ge=0)
-    max_job_age: float = Field(default=86400.0, gt=0)
+    max_job_age: float = Field(
+        default=86400.0,
+        gt=0,
+        description="Retry.MaxJobAge: seconds; no retry past this age, and a job waiting this long behind an open "
+        "circuit breaker goes to the DLQ as CircuitBreakerOpen",
+    )
 
 
 class RecoverySettings(BaseModel):

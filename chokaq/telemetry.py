@@ -35,6 +35,7 @@ class Instruments:
     doorbell_rings: Any
     schedules_fired: Any
     schedule_lag: Any
+    breaker_changes: Any
 
 
 _instruments: Instruments | None = None
@@ -73,6 +74,11 @@ def instruments() -> Instruments:
             ),
             schedule_lag=m.create_histogram(
                 "chokaq.schedules.lag", unit="ms", description="a schedule's slot time to its job's enqueue"
+            ),
+            breaker_changes=m.create_counter(
+                "chokaq.breaker.changes",
+                unit="{change}",
+                description="circuit breaker state changes, per job type and new state (open, half_open, closed)",
             ),
         )
     return _instruments

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from chokaq import __version__
 from chokaq.api import (
     events,
+    routes_breakers,
     routes_dlq,
     routes_history,
     routes_jobs,
@@ -149,6 +150,7 @@ def create_api(chokaq_app: ChokaQ, *, dev_open: bool = False, allowed_hosts: Seq
         routes_history,
         routes_queues,
         routes_schedules,
+        routes_breakers,
         routes_jobs,
         routes_dlq,
         events,

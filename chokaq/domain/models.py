@@ -126,9 +126,14 @@ class SweepResult:
     archived: int
     retried_zombies: int = 0
     zombie_ids: list[str] = field(default_factory=list)
+    # Pending jobs past Retry.MaxJobAge behind an open circuit breaker, moved to the DLQ.
+    breaker_expired: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {"recovered": self.recovered, "archived": self.archived}
+        out = {"recovered": self.recovered, "archived": self.archived}
+        if self.breaker_expired:
+            out["breaker_expired"] = self.breaker_expired
+        return out
 
 
 @dataclass(frozen=True, slots=True)

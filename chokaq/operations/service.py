@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, TypedDict
 
 from chokaq.domain import limits
+from chokaq.domain.breakers import BreakerState
 from chokaq.domain.errors import JobValidationError, NotFoundError
 from chokaq.domain.keys import check_key
 from chokaq.domain.models import EnqueueRequest, JobRecord, QueueInfo
@@ -26,8 +27,9 @@ from chokaq.domain.states import FailureReason, Location
 from chokaq.domain.when import check_ahead, utc_naive
 from chokaq.operations.rules import check_zombie_timeout
 from chokaq.runtime.app import ChokaQ
+from chokaq.runtime.breakers import announce
 from chokaq.runtime.events import EventKind
-from chokaq.storage import Actor, AdminStore, BulkResult, JobEdit, JobFilter, ScheduleStore
+from chokaq.storage import Actor, AdminStore, BreakerStore, BulkResult, JobEdit, JobFilter, ScheduleStore
 
 
 class QueueChanges(TypedDict, total=False):
@@ -217,6 +219,18 @@ class Operations:
         info: QueueInfo = self.store.queue_changed(name, actor, dict(changes), **changes)
         self._publish("queue.changed", actor.name, queue=name, **changes)
         return info
+
+    # ------------------------------------------------------------------ circuit breakers
+    def list_breakers(self) -> list[BreakerState]:
+        """Every job type's breaker that has counted a failure (closed ones included)."""
+        return BreakerStore(self.app.storage).every()
+
+    def close_breaker(self, actor: Actor, job_type: str) -> BreakerState:
+        """Close a type's breaker now: its jobs are claimed again (operator; audited). A closed
+        one stays as it is."""
+        state, change = BreakerStore(self.app.storage).close(job_type, actor)
+        announce(self.app.bus if self.announce else None, change)
+        return state
 
     # ------------------------------------------------------------------ schedules
     @property

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from sqlalchemy import Connection
 
 from chokaq.domain import limits
+from chokaq.domain.breakers import BreakerPolicy
 from chokaq.domain.errors import JobValidationError
 from chokaq.domain.models import PAYLOAD_CHECKED, Enqueued, EnqueueRequest, SweepResult, encode_payload
 from chokaq.domain.schedules import DEFAULT_MISSED_MAX, Fired, MissedPolicy, ScheduleError, ScheduleSpec
@@ -81,6 +82,7 @@ class ChokaQ:
         max_attempts: int | None = None,
         schedule: str | None = None,
         tz: str = "UTC",
+        breaker: BreakerPolicy | bool | None = None,
     ) -> Callable[[Callable[Params, R]], JobHandle[M, Params, R]]: ...
 
     @overload
@@ -96,6 +98,7 @@ class ChokaQ:
         max_attempts: int | None = None,
         schedule: str | None = None,
         tz: str = "UTC",
+        breaker: BreakerPolicy | bool | None = None,
     ) -> Callable[[Callable[Params, R]], JobHandle[Any, Params, R]]: ...
 
     def job(
@@ -110,12 +113,17 @@ class ChokaQ:
         max_attempts: int | None = None,
         schedule: str | None = None,
         tz: str = "UTC",
+        breaker: BreakerPolicy | bool | None = None,
     ) -> Callable[[Callable[Params, R]], JobHandle[Any, Params, R]]:
         """Register a handler for job type ``name``; returns its typed handle (:class:`JobHandle`:
         ``handle.enqueue(payload)``, and calling it calls the handler).
 
         ``schedule`` (a cron expression, ``tz`` its IANA time zone): also enqueue this job with an
         empty payload on that schedule, named after the job type (see :meth:`schedule`).
+
+        ``breaker``: this type's circuit breaker (docs/circuit-breaker.md): None follows
+        Execution.CircuitBreaker, False turns it off for this type, True turns it on with the
+        settings' numbers, a :class:`~chokaq.domain.breakers.BreakerPolicy` gives its own.
 
         ``retry_zombies=True`` (only with ``idempotent=True``) sends this handler's zombies back to
         Pending instead of the DLQ: the handler promises that running twice is harmless.
@@ -140,6 +148,7 @@ class ChokaQ:
                 retry_zombies=retry_zombies,
                 timeout=timeout,
                 max_attempts=max_attempts,
+                breaker=breaker,
             )
             return JobHandle(self, handler, fn)
 
@@ -363,9 +372,11 @@ class ChokaQ:
             instruments().enqueued.add(n, {"queue": queue, "type": type_})
 
     def sweep(self) -> SweepResult:
+        from chokaq.runtime.breakers import policies
         from chokaq.runtime.sweeper import run_sweep
 
-        return run_sweep(self.storage, self.settings, events=self.bus)
+        breakers = bool(policies(self.handlers, self.settings.execution.circuit_breaker))
+        return run_sweep(self.storage, self.settings, events=self.bus, breakers=breakers)
 
     def worker(self, *, queues: list[str] | None = None, concurrency: int | None = None, **kw: Any) -> Worker:
         return Worker(self, queues=queues, concurrency=concurrency, **kw)

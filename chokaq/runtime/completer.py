@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from chokaq.domain.backoff import backoff
 from chokaq.domain.models import Lease
 from chokaq.domain.states import FailureReason
+from chokaq.runtime.breakers import BreakerGuard
 from chokaq.runtime.changes import Changes
 from chokaq.runtime.events import EventBus
 from chokaq.runtime.outage import Outage
@@ -67,6 +68,7 @@ class Completer:
         retry_delay: Callable[[int], float] = backoff,
         retryable: Callable[[BaseException], bool] = is_transient,
         events: EventBus | None = None,
+        breakers: BreakerGuard | None = None,
     ) -> None:
         """``retry_delay(attempt)`` and ``retryable(exc)`` are the retry policy. ``events`` is the
         app's bus that hears of each recorded outcome (``None``: nobody in this process listens)."""
@@ -77,6 +79,8 @@ class Completer:
         self._retry_delay = retry_delay
         self._retryable = retryable
         self._events = events if events is not None else EventBus()
+        # The worker's circuit breakers; None (the default, and whenever none is on) costs nothing.
+        self._breakers = breakers
         # Outcomes not yet taken for writing: a plain list, handed over whole (cheaper per job
         # than an asyncio.Queue's put and get).
         self._pending: list[Outcome] = []
@@ -139,6 +143,8 @@ class Completer:
             ins.completed.add(n, {"queue": queue, "type": type_})
         self.counts.succeeded += len(done)
         self.owner.conflict("complete", len(successes) - len(done))
+        if self._breakers is not None and self._breakers.probes:
+            await self._breakers.succeeded([o for o in successes if o.record.id in done])
 
     async def _record_one(self, o: Outcome) -> None:
         ins = instruments()
@@ -150,6 +156,8 @@ class Completer:
                 self.counts.failed += 1
                 ins.dlq.add(1, {**attrs, "reason": o.reason.label})
                 self._events.publish("job.failed", id=o.record.id, queue=o.record.queue, reason=o.reason.label)
+                if self._breakers is not None:
+                    await self._breakers.failed(o)
             else:
                 self.owner.conflict("fail", 1)
         elif o.kind == "retry":
@@ -158,6 +166,8 @@ class Completer:
                 self.counts.retried += 1
                 ins.retried.add(1, {**attrs, "attempt": o.record.attempt_count})
                 self._events.publish("job.updated", id=o.record.id, queue=o.record.queue, status="Pending")
+                if self._breakers is not None:
+                    await self._breakers.failed(o)
             else:
                 self.owner.conflict("retry", 1)
         elif o.kind == "reschedule":

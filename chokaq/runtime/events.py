@@ -26,6 +26,7 @@ EventKind = Literal[
     "queue.changed",  # paused, limits, zombie timeout
     "stats.updated",  # the stream hub's periodic counts
     "zombie.rescue",  # a sweep moved abandoned or silent jobs
+    "breaker.changed",  # a job type's circuit breaker opened, went half-open or closed
 ]
 EVENT_KINDS: Final[tuple[EventKind, ...]] = get_args(EventKind)
 

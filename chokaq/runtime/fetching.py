@@ -16,6 +16,7 @@ from chokaq.domain.backoff import backoff
 from chokaq.domain.models import JobRecord
 from chokaq.runtime import changes
 from chokaq.runtime.activity import Activity
+from chokaq.runtime.breakers import BreakerGuard
 from chokaq.runtime.changes import Changes
 from chokaq.runtime.outage import Outage
 from chokaq.runtime.reconcile import Reconciler
@@ -38,6 +39,7 @@ class Fetcher:
         zombie_retry_types: Collection[str],
         queues: Sequence[str] | None,
         launch: Callable[[list[JobRecord]], None],
+        breakers: BreakerGuard | None = None,
     ) -> None:
         """``launch`` runs the handlers of jobs a claim started (:meth:`Starter.launch`)."""
         self.store = store
@@ -49,6 +51,7 @@ class Fetcher:
         self.queues = queues
         self.zombie_retry_types = zombie_retry_types
         self._launch = launch
+        self.breakers = breakers  # None unless a handler has a circuit breaker
         self.activity = activity
         self.woken = False  # NOTIFY arrived or wake() was called: the primary fetcher claims now
         self.wakes = Changes()  # woken was set
@@ -83,6 +86,11 @@ class Fetcher:
                 # Past Storage.OutageTolerance: claim nothing, only probe until the database is back.
                 await self._probe()
                 continue
+            if primary and self.breakers is not None:
+                # Probes of half-open breakers (their types are left out of the claim below).
+                probes = await self.breakers.claim_probes(self.queues)
+                if probes:
+                    slots.add_buffered(probes)
             jobs = await self._claim(want, start_now=start_now)
             if jobs and start_now:
                 self._launch(jobs)

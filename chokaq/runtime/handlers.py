@@ -14,6 +14,8 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel
 
+from chokaq.domain.breakers import BreakerPolicy
+
 _CANCEL_LOCK = threading.Lock()
 
 # Why the worker cancelled a running job (JobContext.cancel_reason).
@@ -78,6 +80,9 @@ class Handler:
     retry_zombies: bool
     timeout: float | None
     max_attempts: int | None
+    # The type's circuit breaker: None follows Execution.CircuitBreaker, False never, True the
+    # settings' numbers even where Enabled is off, a BreakerPolicy its own numbers.
+    breaker: BreakerPolicy | bool | None = None
 
     def parse_payload(self, text: str) -> Any:
         if self.payload_model is not None:

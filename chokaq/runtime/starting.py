@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from chokaq.domain.backoff import backoff
 from chokaq.domain.models import JobRecord
 from chokaq.runtime.activity import Activity
+from chokaq.runtime.breakers import BreakerGuard
 from chokaq.runtime.deadlines import Deadlines
 from chokaq.runtime.execution import Execution
 from chokaq.runtime.handlers import JobContext
@@ -41,8 +42,10 @@ class Starter:
         deadlines: Deadlines,
         settings: StorageSettings,
         zombie_retry_types: Collection[str],
+        breakers: BreakerGuard | None = None,
     ) -> None:
-        """``zombie_retry_types``: job types whose handlers retry zombies (Handler.retry_zombies)."""
+        """``zombie_retry_types``: job types whose handlers retry zombies (Handler.retry_zombies).
+        ``breakers``: the worker's circuit breakers (None: none is on)."""
         self.store = store
         self.slots = slots
         self.reconciler = reconciler
@@ -54,6 +57,7 @@ class Starter:
         self.zombie_retry_types = zombie_retry_types
         self.activity = activity
         self._failures = 0  # starts failed in a row
+        self.breakers = breakers
 
     async def run(self) -> None:
         """One start loop, until the worker stops."""
@@ -65,6 +69,10 @@ class Starter:
                 self.activity.touch()  # started, back in the buffer, or lost: a change either way
 
     async def _start_batch(self, batch: list[JobRecord]) -> None:
+        if self.breakers is not None and self.breakers.blocked:
+            batch = await self._hold_back(batch)
+            if not batch:
+                return
         self.slots.starting(batch)
         try:
             result = await self.reconciler.take(self.store.start(batch, self.zombie_retry_types))
@@ -81,6 +89,21 @@ class Starter:
         self.slots.start_settled(batch)
         self.counts.conflict("start", len(result.lost))
         self.launch(result.started)
+
+    async def _hold_back(self, batch: list[JobRecord]) -> list[JobRecord]:
+        """Jobs claimed before their type's breaker opened go back to Pending, unstarted (their
+        attempt count untouched); the rest of ``batch`` is returned to start. Should the release
+        fail, they start: a run more is what the breaker saves, not what keeps a job safe."""
+        assert self.breakers is not None
+        held = [j for j in batch if self.breakers.holds(j)]
+        if not held:
+            return batch
+        try:
+            await self.store.release([j.lease for j in held])
+        except Exception as exc:
+            log.warning("could not give back %d job(s) behind an open circuit breaker: %s", len(held), exc)
+            return batch
+        return [j for j in batch if not self.breakers.holds(j)]
 
     def launch(self, started: list[JobRecord]) -> None:
         """Run the handlers of jobs now Processing."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -17,9 +18,15 @@ from chokaq.telemetry import instruments, tracer
 log = logging.getLogger("chokaq.sweep")
 
 
-def run_sweep(storage: Storage, settings: ChokaQSettings, *, events: EventBus | None = None) -> SweepResult:
+def run_sweep(
+    storage: Storage, settings: ChokaQSettings, *, events: EventBus | None = None, breakers: bool = False
+) -> SweepResult:
     """One sweep. Needs only the database: no worker has to be alive. A rescue is announced on
-    ``events`` (the app's bus), when the caller has one whose subscribers should hear of it."""
+    ``events`` (the app's bus), when the caller has one whose subscribers should hear of it.
+
+    With Execution.CircuitBreaker.Enabled (or ``breakers``: the caller's handlers have their own),
+    Pending jobs that waited past Retry.MaxJobAge behind an open breaker go to the DLQ as
+    CircuitBreakerOpen; otherwise the sweep sends no statement for breakers."""
     with tracer().start_as_current_span("chokaq.sweep") as span:
         result = storage.sweep(
             fetched_timeout=settings.recovery.fetched_job_timeout,
@@ -28,6 +35,8 @@ def run_sweep(storage: Storage, settings: ChokaQSettings, *, events: EventBus | 
         )
         span.set_attribute("chokaq.recovered", result.recovered)
         span.set_attribute("chokaq.archived", result.archived)
+        if breakers or settings.execution.circuit_breaker.enabled:
+            result = _expire_behind_breakers(storage, settings, result, events)
     ins = instruments()
     ins.sweeps.add(1)
     if result.archived:
@@ -51,6 +60,21 @@ def run_sweep(storage: Storage, settings: ChokaQSettings, *, events: EventBus | 
                 ids=result.zombie_ids[:50],
             )
     return result
+
+
+def _expire_behind_breakers(
+    storage: Storage, settings: ChokaQSettings, result: SweepResult, events: EventBus | None
+) -> SweepResult:
+    from chokaq.storage import BreakerStore
+
+    ids = BreakerStore(storage).expire_waiting(settings.retry.max_job_age, storage.settings.cleanup_batch_size)
+    if not ids:
+        return result
+    instruments().dlq.add(len(ids), {"reason": "CircuitBreakerOpen"})
+    log.warning("circuit breakers: %d job(s) waited past Retry.MaxJobAge and went to the DLQ", len(ids))
+    if events is not None:
+        events.publish_many("job.failed", [{"id": i, "reason": "CircuitBreakerOpen"} for i in ids[:50]])
+    return dataclasses.replace(result, breaker_expired=len(ids))
 
 
 def sweep_outlasting(
@@ -78,14 +102,18 @@ def sweep_outlasting(
 
 
 def sweep_forever(
-    storage: Storage, settings: ChokaQSettings, stop: threading.Event, events: EventBus | None = None
+    storage: Storage,
+    settings: ChokaQSettings,
+    stop: threading.Event,
+    events: EventBus | None = None,
+    breakers: bool = False,
 ) -> None:
     """Sweep every Recovery.ScanInterval until ``stop``; a failed sweep is logged, never fatal.
     While the database is away: one line per try, and the next sweep as soon as it answers again."""
     outage = Outage(settings.storage.outage_tolerance)
     while not stop.is_set():
         try:
-            run_sweep(storage, settings, events=events)
+            run_sweep(storage, settings, events=events, breakers=breakers)
             outage.succeeded()
         except Exception as exc:
             if is_transient(exc):

@@ -31,6 +31,7 @@ from chokaq.domain.backoff import backoff
 from chokaq.domain.models import JobRecord, Lease
 from chokaq.domain.schedules import ScheduleError
 from chokaq.runtime.activity import Activity
+from chokaq.runtime.breakers import BreakerGuard
 from chokaq.runtime.completer import Completer
 from chokaq.runtime.deadlines import Deadlines
 from chokaq.runtime.execution import Execution
@@ -96,15 +97,36 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         zombie_retry_types = {h.name for h in app.handlers.values() if h.retry_zombies}
         self.heartbeat = Heartbeat(ex, self.outage, store=self.store, runs=self)
-        self.completer = Completer(self.store, self, self.outage, self.counts, events=app.bus)
+        self.breakers = BreakerGuard.for_handlers(
+            self.store,
+            app.handlers,
+            ex.circuit_breaker,
+            events=app.bus,
+            probe_interval=self.settings.storage.polling_interval,
+        )
+        self.completer = Completer(self.store, self, self.outage, self.counts, events=app.bus, breakers=self.breakers)
         self.deadlines = Deadlines(lambda run: run.cancel(CANCEL_TIMEOUT))
         collaborators = (self.slots, self.deadlines, self.heartbeat, self.completer)
         self.execution = Execution(
             app.handlers, self.settings, self.id, self.concurrency, *collaborators, note_stopped=self.store.note_stopped
         )
         parts = (self.store, self.slots, self.reconciler, self.outage, self.counts, self.activity)
-        self.starter = Starter(*parts, self.execution, self.deadlines, self.settings.storage, zombie_retry_types)
-        self.fetcher = Fetcher(*parts, self.settings.storage, zombie_retry_types, self.queues, self.starter.launch)
+        self.starter = Starter(
+            *parts,
+            self.execution,
+            self.deadlines,
+            self.settings.storage,
+            zombie_retry_types,
+            breakers=self.breakers,
+        )
+        self.fetcher = Fetcher(
+            *parts,
+            self.settings.storage,
+            zombie_retry_types,
+            self.queues,
+            self.starter.launch,
+            breakers=self.breakers,
+        )
         self.failure: str | None = None  # why a helper task's death stopped the worker
 
     # ------------------------------------------------------------------ what collaborators report
@@ -270,7 +292,7 @@ class Worker:
         if self.with_sweep:
             from chokaq.runtime.sweeper import sweep_forever
 
-            args = (self.storage, self.settings, stop, self.app.bus)
+            args = (self.storage, self.settings, stop, self.app.bus, self.breakers is not None)
             threading.Thread(target=sweep_forever, args=args, daemon=True).start()
         try:
             yield

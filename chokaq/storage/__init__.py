@@ -34,6 +34,7 @@ from chokaq.storage.worker_store import Take, WorkerStore
 if TYPE_CHECKING:
     from chokaq.storage.admin import AdminStore
     from chokaq.storage.admin_types import Actor, BulkResult, JobEdit, JobFilter
+    from chokaq.storage.breakers import BreakerStore
     from chokaq.storage.history import WAIT_BASIS, WINDOWS, load_history
     from chokaq.storage.migrations import render_script
     from chokaq.storage.queries import render_queries
@@ -45,6 +46,7 @@ __all__ = [
     "Actor",
     "AdminStore",
     "Ambiguity",
+    "BreakerStore",
     "BulkResult",
     "Completion",
     "JobEdit",
@@ -65,6 +67,7 @@ __all__ = [
 _LAZY = {
     "AdminStore": "chokaq.storage.admin",
     "Actor": "chokaq.storage.admin_types",
+    "BreakerStore": "chokaq.storage.breakers",
     "BulkResult": "chokaq.storage.admin_types",
     "JobEdit": "chokaq.storage.admin_types",
     "JobFilter": "chokaq.storage.admin_types",

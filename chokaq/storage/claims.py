@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection, func, select
@@ -31,6 +31,8 @@ class ClaimOptions:
     start: bool
     zombie_retry_types: tuple[str, ...]
     skip: tuple[str, ...]
+    # Execution.CircuitBreaker on: types whose breaker is not closed are not claimed.
+    breaker: bool = False
 
 
 def run_claim(
@@ -63,7 +65,7 @@ def claim_query(
     params: dict[str, Any] = {"claim_worker": worker_id, "claim_skip": list(options.skip)}
     zombie_retry = options.start and bool(options.zombie_retry_types)
     stmt: ReturningUpdate[Any] | CteUpdate = profile.claim_statement(
-        list(queue_names or ()), limited, limit, options.start, zombie_retry, params
+        list(queue_names or ()), limited, limit, options.start, zombie_retry, params, options.breaker
     )
     if zombie_retry:
         params["zombie_types"] = list(options.zombie_retry_types)
@@ -78,6 +80,9 @@ class Claimer:
         self.queue_cache = queue_cache
         # Whether the main claim may be prepared now (see Executor.run): where statistics are kept current.
         self.prepare = prepare
+        # Set by a worker whose breakers are on (Storage.skip_open_breakers): every claim then
+        # leaves out the types whose breaker is not closed.
+        self.breaker = False
 
     def _limited_queues(self) -> list[str]:
         """Queues with MaxWorkers, from the cache (see :meth:`QueueCache.limited`)."""
@@ -87,6 +92,8 @@ class Claimer:
         self, worker_id: str, limit: int, queue_names: Sequence[str] | None, opts: ClaimOptions
     ) -> list[JobRecord]:
         """See :meth:`Storage.fetch`."""
+        if self.breaker:
+            opts = replace(opts, breaker=True)
         # Read before the main claim, never after it: once that has committed, a failure that
         # raises strands its jobs under this worker with nobody holding them, and nothing tells the
         # worker to reconcile (the claim's reply arrived). The list's re-read, about once a second
@@ -146,6 +153,8 @@ class Claimer:
     ) -> list[JobRecord]:
         """The main claim of :meth:`fetch` on the worker's event loop, where
         :meth:`on_loop_possible` said so: the same statement and parameters."""
+        if self.breaker:
+            opts = replace(opts, breaker=True)
         query = claim_query(self.tx.profile, worker_id, limit, queue_names, limited=False, options=opts)
         if query is None:
             return []

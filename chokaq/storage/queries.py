@@ -18,6 +18,7 @@ from chokaq.settings import ExecutionSettings, RecoverySettings, RetrySettings, 
 from chokaq.storage import statements as st
 from chokaq.storage.dialects import PROFILES, Profile
 from chokaq.storage.schema import jobs_dlq
+from chokaq.storage.statements import breakers as sb
 from chokaq.storage.statements import schedules as sch
 
 # Shown as a parameter: the run's clock minus Retention.DlqDays.
@@ -45,9 +46,9 @@ def statements(dialect_name: str) -> list[tuple[str, str, ClauseElement]]:
         StorageSettings().cleanup_batch_size,
     )
 
-    def claim(by_queue: bool, start: bool = False) -> ClauseElement:
+    def claim(by_queue: bool, start: bool = False, breaker: bool = False) -> ClauseElement:
         queues = ["a", "b"] if by_queue else []
-        stmt: ClauseElement = profile.claim_statement(queues, False, batch, start, start, {})
+        stmt: ClauseElement = profile.claim_statement(queues, False, batch, start, start, {}, breaker)
         return stmt
 
     def move(m: st.MoveStatements) -> ClauseElement:
@@ -90,6 +91,23 @@ def statements(dialect_name: str) -> list[tuple[str, str, ClauseElement]]:
          st.cancelled_runs_statement()),
         ("stopped_note", "a cancelled run's DLQ row gets when its handler finally stopped",
          st.stopped_note_statement()),
+        # Execution.CircuitBreaker (off by default: then none of these is sent, and the claims above
+        # are the ones sent).
+        ("claim_breakers", "the claim of a worker with circuit breakers on: types whose breaker is not closed "
+         "are left out", claim(False, True, True)),
+        ("breaker_row", "a failed attempt, a probe's success or a probe claim: the type's breaker row, locked, "
+         "with the database's clock", sb.locked_row_statement()),
+        ("breaker_insert", "the type's first counted failure: its closed row", sb.insert_row_statement()),
+        ("breaker_write", "the row's new state, in the same transaction", sb.write_row_statement()),
+        ("breakers_not_closed", "a worker's look for types to probe, at most every Storage.PollingInterval",
+         sb.not_closed_statement()),
+        ("breaker_probe_ids", "half-open: the probes' ids, under the breaker row's lock",
+         sb.probe_ids_statement(ExecutionSettings().circuit_breaker.half_open_probes, False)),
+        ("breaker_probe_claim", "those jobs Pending -> Fetched for the probing worker", sb.probe_claim_statement()),
+        ("sweep_breaker_ids", "sweep: Pending jobs past Retry.MaxJobAge whose type's breaker is not closed, "
+         "one batch", sb.expired_ids_statement(RetrySettings().max_job_age, cleanup)),
+        ("sweep_breaker_move", "those jobs -> JobsDLQ as CircuitBreakerOpen, and FailedTotal",
+         move(sb.expired_move_statements(RetrySettings().max_job_age))),
         ("retention_dlq", f"Retention.DlqDays: the oldest dead jobs past the cutoff deleted, {cleanup} per transaction",
          st.purge_older_statement(jobs_dlq, jobs_dlq.c.FailedAtUtc, RETENTION_CUTOFF, cleanup)),
     ]  # fmt: skip

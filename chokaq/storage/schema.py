@@ -306,3 +306,19 @@ schedules = Table(
 )
 # The firing processes' one read: which rows are due.
 Index("IX_Schedules_NextDue", schedules.c.NextDueUtc)
+
+# One row per job type whose breaker has counted a failure (Execution.CircuitBreaker): the state
+# every worker reads in its claim. State: 0 closed, 1 open, 2 half-open (chokaq.domain.breakers).
+circuit_breakers = Table(
+    "CircuitBreakers",
+    metadata,
+    Column("JobType", Key(limits.MAX_TYPE_LEN), primary_key=True),
+    Column("State", Integer, nullable=False, server_default=text("0")),
+    Column("FailureCount", Integer, nullable=False, server_default=text("0")),
+    Column("WindowStartUtc", UtcTime),
+    Column("OpenedAtUtc", UtcTime),
+    Column("OpenUntilUtc", UtcTime),
+    Column("ProbesInFlight", Integer, nullable=False, server_default=text("0")),
+    Column("UpdatedBy", Unicode(limits.MAX_ACTOR_LEN)),
+    Column("LastUpdatedUtc", UtcTime, nullable=False),
+)

@@ -57,6 +57,12 @@ class WorkerStore:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._threads, functools.partial(fn, *args, **kwargs))
 
+    def skip_open_breakers(self) -> None:
+        """Every claim of this storage leaves out the job types whose circuit breaker is not
+        closed (a worker with breakers on; see storage/breakers.py). Until this is called the
+        claim is the one it always was."""
+        self.storage._claimer.breaker = True
+
     def close(self) -> None:
         """Let the database threads go (a call in flight ends on its own)."""
         self._threads.shutdown(wait=False)

@@ -154,6 +154,77 @@ WHERE chokaq."JobsDLQ"."Id" = ANY(:cancel_ids::VARCHAR(50)[]) AND chokaq."JobsDL
 -- a cancelled run's DLQ row gets when its handler finally stopped
 UPDATE chokaq."JobsDLQ" SET "ErrorDetails"=(coalesce(chokaq."JobsDLQ"."ErrorDetails", '') || :note_text::VARCHAR) WHERE chokaq."JobsDLQ"."Id" = :note_id::VARCHAR AND chokaq."JobsDLQ"."WorkerId" = :note_worker::VARCHAR AND chokaq."JobsDLQ"."AttemptCount" = :note_attempt::INTEGER AND chokaq."JobsDLQ"."FailureReason" = 1;
 
+-- name: claim_breakers
+-- the claim of a worker with circuit breakers on: types whose breaker is not closed are left out
+WITH claim AS MATERIALIZED
+(SELECT cand."Id" AS "Id"
+FROM chokaq."JobsHot" AS cand
+WHERE cand."Status" = 0 AND cand."ScheduledAtUtc" <= (clock_timestamp() AT TIME ZONE 'UTC') AND NOT cand."Id" = ANY(:claim_skip::VARCHAR(50)[]) AND (cand."Queue" NOT IN (SELECT chokaq."Queues"."Name"
+FROM chokaq."Queues"
+WHERE chokaq."Queues"."IsPaused" = true OR chokaq."Queues"."MaxWorkers" IS NOT NULL)) AND (cand."Type" NOT IN (SELECT chokaq."CircuitBreakers"."JobType"
+FROM chokaq."CircuitBreakers"
+WHERE chokaq."CircuitBreakers"."State" != 0)) ORDER BY cand."Priority" DESC, cand."ScheduledAtUtc", cand."CreatedAtUtc"
+ LIMIT :param_1::INTEGER FOR UPDATE OF cand SKIP LOCKED)
+ UPDATE chokaq."JobsHot" SET "Status"=2, "AttemptCount"=(chokaq."JobsHot"."AttemptCount" + 1), "WorkerId"=:claim_worker::VARCHAR, "HeartbeatUtc"=(clock_timestamp() AT TIME ZONE 'UTC'), "StartedAtUtc"=(clock_timestamp() AT TIME ZONE 'UTC'), "LastUpdatedUtc"=(clock_timestamp() AT TIME ZONE 'UTC'), "ZombieRetry"=CASE WHEN chokaq."JobsHot"."Type" = ANY(:zombie_types::VARCHAR(255)[]) THEN true ELSE false END WHERE chokaq."JobsHot"."Id" IN (SELECT claim."Id"
+FROM claim) RETURNING chokaq."JobsHot"."Id", chokaq."JobsHot"."Queue", chokaq."JobsHot"."Type", chokaq."JobsHot"."Payload", chokaq."JobsHot"."Tags", chokaq."JobsHot"."IdempotencyKey", chokaq."JobsHot"."Priority", chokaq."JobsHot"."Status", chokaq."JobsHot"."AttemptCount", chokaq."JobsHot"."WorkerId", chokaq."JobsHot"."HeartbeatUtc", chokaq."JobsHot"."ScheduledAtUtc", chokaq."JobsHot"."CreatedAtUtc", chokaq."JobsHot"."StartedAtUtc", chokaq."JobsHot"."LastUpdatedUtc", chokaq."JobsHot"."CreatedBy", chokaq."JobsHot"."LastModifiedBy", chokaq."JobsHot"."ZombieRetry", chokaq."JobsHot"."Attempts";
+
+-- name: breaker_row
+-- a failed attempt, a probe's success or a probe claim: the type's breaker row, locked, with the database's clock
+SELECT chokaq."CircuitBreakers"."JobType", chokaq."CircuitBreakers"."State", chokaq."CircuitBreakers"."FailureCount", chokaq."CircuitBreakers"."WindowStartUtc", chokaq."CircuitBreakers"."OpenedAtUtc", chokaq."CircuitBreakers"."OpenUntilUtc", chokaq."CircuitBreakers"."ProbesInFlight", chokaq."CircuitBreakers"."UpdatedBy", chokaq."CircuitBreakers"."LastUpdatedUtc", (clock_timestamp() AT TIME ZONE 'UTC') AS "Now"
+FROM chokaq."CircuitBreakers"
+WHERE chokaq."CircuitBreakers"."JobType" = :breaker_type::VARCHAR FOR UPDATE OF "CircuitBreakers";
+
+-- name: breaker_insert
+-- the type's first counted failure: its closed row
+INSERT INTO chokaq."CircuitBreakers" ("JobType", "State", "FailureCount", "ProbesInFlight", "LastUpdatedUtc") VALUES (:breaker_type::VARCHAR, 0, 0, 0, (clock_timestamp() AT TIME ZONE 'UTC'));
+
+-- name: breaker_write
+-- the row's new state, in the same transaction
+UPDATE chokaq."CircuitBreakers" SET "State"=:b_State::INTEGER, "FailureCount"=:b_FailureCount::INTEGER, "WindowStartUtc"=:b_WindowStartUtc::TIMESTAMP WITHOUT TIME ZONE, "OpenedAtUtc"=:b_OpenedAtUtc::TIMESTAMP WITHOUT TIME ZONE, "OpenUntilUtc"=:b_OpenUntilUtc::TIMESTAMP WITHOUT TIME ZONE, "ProbesInFlight"=:b_ProbesInFlight::INTEGER, "UpdatedBy"=:b_UpdatedBy::VARCHAR, "LastUpdatedUtc"=:b_LastUpdatedUtc::TIMESTAMP WITHOUT TIME ZONE WHERE chokaq."CircuitBreakers"."JobType" = :breaker_type::VARCHAR;
+
+-- name: breakers_not_closed
+-- a worker's look for types to probe, at most every Storage.PollingInterval
+SELECT chokaq."CircuitBreakers"."JobType", chokaq."CircuitBreakers"."State", chokaq."CircuitBreakers"."FailureCount", chokaq."CircuitBreakers"."WindowStartUtc", chokaq."CircuitBreakers"."OpenedAtUtc", chokaq."CircuitBreakers"."OpenUntilUtc", chokaq."CircuitBreakers"."ProbesInFlight", chokaq."CircuitBreakers"."UpdatedBy", chokaq."CircuitBreakers"."LastUpdatedUtc"
+FROM chokaq."CircuitBreakers"
+WHERE chokaq."CircuitBreakers"."State" != 0;
+
+-- name: breaker_probe_ids
+-- half-open: the probes' ids, under the breaker row's lock
+SELECT chokaq."JobsHot"."Id"
+FROM chokaq."JobsHot"
+WHERE chokaq."JobsHot"."Status" = 0 AND chokaq."JobsHot"."ScheduledAtUtc" <= (clock_timestamp() AT TIME ZONE 'UTC') AND chokaq."JobsHot"."Type" = :breaker_type::VARCHAR AND (chokaq."JobsHot"."Queue" NOT IN (SELECT chokaq."Queues"."Name"
+FROM chokaq."Queues"
+WHERE chokaq."Queues"."IsPaused" = true)) ORDER BY chokaq."JobsHot"."Priority" DESC, chokaq."JobsHot"."ScheduledAtUtc", chokaq."JobsHot"."CreatedAtUtc"
+ LIMIT :param_1::INTEGER FOR UPDATE OF "JobsHot" SKIP LOCKED;
+
+-- name: breaker_probe_claim
+-- those jobs Pending -> Fetched for the probing worker
+UPDATE chokaq."JobsHot" SET "Status"=1, "WorkerId"=:claim_worker::VARCHAR, "LastUpdatedUtc"=(clock_timestamp() AT TIME ZONE 'UTC') WHERE chokaq."JobsHot"."Id" = ANY(:probe_ids::VARCHAR(50)[]) AND chokaq."JobsHot"."Status" = 0 RETURNING chokaq."JobsHot"."Id", chokaq."JobsHot"."Queue", chokaq."JobsHot"."Type", chokaq."JobsHot"."Payload", chokaq."JobsHot"."Tags", chokaq."JobsHot"."IdempotencyKey", chokaq."JobsHot"."Priority", chokaq."JobsHot"."Status", chokaq."JobsHot"."AttemptCount", chokaq."JobsHot"."WorkerId", chokaq."JobsHot"."HeartbeatUtc", chokaq."JobsHot"."ScheduledAtUtc", chokaq."JobsHot"."CreatedAtUtc", chokaq."JobsHot"."StartedAtUtc", chokaq."JobsHot"."LastUpdatedUtc", chokaq."JobsHot"."CreatedBy", chokaq."JobsHot"."LastModifiedBy", chokaq."JobsHot"."ZombieRetry", chokaq."JobsHot"."Attempts";
+
+-- name: sweep_breaker_ids
+-- sweep: Pending jobs past Retry.MaxJobAge whose type's breaker is not closed, one batch
+SELECT chokaq."JobsHot"."Id"
+FROM chokaq."JobsHot"
+WHERE chokaq."JobsHot"."Status" = 0 AND chokaq."JobsHot"."Type" IN (SELECT chokaq."CircuitBreakers"."JobType"
+FROM chokaq."CircuitBreakers"
+WHERE chokaq."CircuitBreakers"."State" != 0) AND chokaq."JobsHot"."CreatedAtUtc" < ((clock_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => CAST((CAST(:param_1 AS FLOAT)) AS DOUBLE PRECISION)))
+ LIMIT :param_2::INTEGER;
+
+-- name: sweep_breaker_move
+-- those jobs -> JobsDLQ as CircuitBreakerOpen, and FailedTotal
+WITH moved AS
+(DELETE FROM chokaq."JobsHot" WHERE chokaq."JobsHot"."Id" = ANY(:breaker_ids::VARCHAR(50)[]) AND chokaq."JobsHot"."Status" = 0 AND chokaq."JobsHot"."Type" IN (SELECT chokaq."CircuitBreakers"."JobType"
+FROM chokaq."CircuitBreakers"
+WHERE chokaq."CircuitBreakers"."State" != 0) AND chokaq."JobsHot"."CreatedAtUtc" < ((clock_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => CAST((CAST(:param_1 AS FLOAT)) AS DOUBLE PRECISION))) RETURNING chokaq."JobsHot"."Id", chokaq."JobsHot"."Queue", chokaq."JobsHot"."Type", chokaq."JobsHot"."Payload", chokaq."JobsHot"."Tags", chokaq."JobsHot"."IdempotencyKey", chokaq."JobsHot"."Priority", chokaq."JobsHot"."Status", chokaq."JobsHot"."AttemptCount", chokaq."JobsHot"."WorkerId", chokaq."JobsHot"."HeartbeatUtc", chokaq."JobsHot"."ScheduledAtUtc", chokaq."JobsHot"."CreatedAtUtc", chokaq."JobsHot"."StartedAtUtc", chokaq."JobsHot"."LastUpdatedUtc", chokaq."JobsHot"."CreatedBy", chokaq."JobsHot"."LastModifiedBy", chokaq."JobsHot"."ZombieRetry", chokaq."JobsHot"."Attempts"),
+copied AS
+(INSERT INTO chokaq."JobsDLQ" ("Id", "Queue", "Type", "Payload", "Tags", "FailureReason", "ErrorDetails", "AttemptCount", "WorkerId", "CreatedBy", "LastModifiedBy", "CreatedAtUtc", "FailedAtUtc", "HeartbeatUtc", "StartedAtUtc", "Attempts") SELECT moved."Id" AS "Id", moved."Queue" AS "Queue", moved."Type" AS "Type", moved."Payload" AS "Payload", moved."Tags" AS "Tags", 3, 'circuit breaker open for the job type; waited longer than Retry.MaxJobAge', moved."AttemptCount" AS "AttemptCount", moved."WorkerId" AS "WorkerId", moved."CreatedBy" AS "CreatedBy", moved."LastModifiedBy" AS "LastModifiedBy", moved."CreatedAtUtc" AS "CreatedAtUtc", (clock_timestamp() AT TIME ZONE 'UTC') AS anon_1, moved."HeartbeatUtc" AS "HeartbeatUtc", moved."StartedAtUtc" AS "StartedAtUtc", moved."Attempts" AS "Attempts"
+FROM moved),
+counted AS
+(INSERT INTO chokaq."StatsSummary" ("Queue", "FailedTotal", "LastActivityUtc") SELECT moved."Queue" AS "Queue", count(*) AS count_1, (clock_timestamp() AT TIME ZONE 'UTC') AS anon_2
+FROM moved GROUP BY moved."Queue" ORDER BY moved."Queue" ON CONFLICT ("Queue") DO UPDATE SET "FailedTotal" = "StatsSummary"."FailedTotal" + excluded."FailedTotal", "LastActivityUtc" = excluded."LastActivityUtc" )
+ SELECT moved."Id", moved."Queue"
+FROM moved;
+
 -- name: retention_dlq
 -- Retention.DlqDays: the oldest dead jobs past the cutoff deleted, 1000 per transaction
 DELETE FROM chokaq."JobsDLQ" WHERE chokaq."JobsDLQ"."Id" IN (SELECT chokaq."JobsDLQ"."Id"

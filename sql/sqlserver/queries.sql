@@ -206,6 +206,87 @@ GO
 UPDATE chokaq.[JobsDLQ] SET [ErrorDetails]=(coalesce(chokaq.[JobsDLQ].[ErrorDetails], '') + :note_text) WHERE chokaq.[JobsDLQ].[Id] = :note_id AND chokaq.[JobsDLQ].[WorkerId] = :note_worker AND chokaq.[JobsDLQ].[AttemptCount] = :note_attempt AND chokaq.[JobsDLQ].[FailureReason] = 1
 GO
 
+-- name: claim_breakers
+-- the claim of a worker with circuit breakers on: types whose breaker is not closed are left out
+WITH c AS
+(SELECT TOP 20 chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[IdempotencyKey], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[Status], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[LastUpdatedUtc], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[ZombieRetry], chokaq.[JobsHot].[Attempts]
+FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)
+WHERE chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[ScheduledAtUtc] <= SYSUTCDATETIME() AND NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:claim_skip AS NVARCHAR(max)))) AND (chokaq.[JobsHot].[Queue] NOT IN (SELECT chokaq.[Queues].[Name]
+FROM chokaq.[Queues]
+WHERE chokaq.[Queues].[IsPaused] = 1 OR chokaq.[Queues].[MaxWorkers] IS NOT NULL)) AND (chokaq.[JobsHot].[Type] NOT IN (SELECT chokaq.[CircuitBreakers].[JobType]
+FROM chokaq.[CircuitBreakers]
+WHERE chokaq.[CircuitBreakers].[State] != 0)) ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc])
+UPDATE c SET [Status]=2, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME(), [AttemptCount]=c.[AttemptCount] + 1, [StartedAtUtc]=SYSUTCDATETIME(), [HeartbeatUtc]=SYSUTCDATETIME(), [ZombieRetry]=CASE WHEN c.[Type] IN (SELECT CAST([value] AS NVARCHAR(255)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:zombie_types AS NVARCHAR(max)))) THEN 1 ELSE 0 END OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry], inserted.[Attempts]
+GO
+
+-- name: breaker_row
+-- a failed attempt, a probe's success or a probe claim: the type's breaker row, locked, with the database's clock
+SELECT chokaq.[CircuitBreakers].[JobType], chokaq.[CircuitBreakers].[State], chokaq.[CircuitBreakers].[FailureCount], chokaq.[CircuitBreakers].[WindowStartUtc], chokaq.[CircuitBreakers].[OpenedAtUtc], chokaq.[CircuitBreakers].[OpenUntilUtc], chokaq.[CircuitBreakers].[ProbesInFlight], chokaq.[CircuitBreakers].[UpdatedBy], chokaq.[CircuitBreakers].[LastUpdatedUtc], SYSUTCDATETIME() AS [Now]
+FROM chokaq.[CircuitBreakers] WITH (UPDLOCK, ROWLOCK)
+WHERE chokaq.[CircuitBreakers].[JobType] = :breaker_type
+GO
+
+-- name: breaker_insert
+-- the type's first counted failure: its closed row
+INSERT INTO chokaq.[CircuitBreakers] ([JobType], [State], [FailureCount], [ProbesInFlight], [LastUpdatedUtc]) VALUES (:breaker_type, 0, 0, 0, SYSUTCDATETIME())
+GO
+
+-- name: breaker_write
+-- the row's new state, in the same transaction
+UPDATE chokaq.[CircuitBreakers] SET [State]=:b_State, [FailureCount]=:b_FailureCount, [WindowStartUtc]=:b_WindowStartUtc, [OpenedAtUtc]=:b_OpenedAtUtc, [OpenUntilUtc]=:b_OpenUntilUtc, [ProbesInFlight]=:b_ProbesInFlight, [UpdatedBy]=:b_UpdatedBy, [LastUpdatedUtc]=:b_LastUpdatedUtc WHERE chokaq.[CircuitBreakers].[JobType] = :breaker_type
+GO
+
+-- name: breakers_not_closed
+-- a worker's look for types to probe, at most every Storage.PollingInterval
+SELECT chokaq.[CircuitBreakers].[JobType], chokaq.[CircuitBreakers].[State], chokaq.[CircuitBreakers].[FailureCount], chokaq.[CircuitBreakers].[WindowStartUtc], chokaq.[CircuitBreakers].[OpenedAtUtc], chokaq.[CircuitBreakers].[OpenUntilUtc], chokaq.[CircuitBreakers].[ProbesInFlight], chokaq.[CircuitBreakers].[UpdatedBy], chokaq.[CircuitBreakers].[LastUpdatedUtc]
+FROM chokaq.[CircuitBreakers]
+WHERE chokaq.[CircuitBreakers].[State] != 0
+GO
+
+-- name: breaker_probe_ids
+-- half-open: the probes' ids, under the breaker row's lock
+SELECT TOP 1 chokaq.[JobsHot].[Id]
+FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)
+WHERE chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[ScheduledAtUtc] <= SYSUTCDATETIME() AND chokaq.[JobsHot].[Type] = :breaker_type AND (chokaq.[JobsHot].[Queue] NOT IN (SELECT chokaq.[Queues].[Name]
+FROM chokaq.[Queues]
+WHERE chokaq.[Queues].[IsPaused] = 1)) ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc]
+GO
+
+-- name: breaker_probe_claim
+-- those jobs Pending -> Fetched for the probing worker
+UPDATE chokaq.[JobsHot] SET [Status]=1, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry], inserted.[Attempts] WHERE chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:probe_ids AS NVARCHAR(max)))) AND chokaq.[JobsHot].[Status] = 0
+GO
+
+-- name: sweep_breaker_ids
+-- sweep: Pending jobs past Retry.MaxJobAge whose type's breaker is not closed, one batch
+SELECT TOP 1000 chokaq.[JobsHot].[Id]
+FROM chokaq.[JobsHot]
+WHERE chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[Type] IN (SELECT chokaq.[CircuitBreakers].[JobType]
+FROM chokaq.[CircuitBreakers]
+WHERE chokaq.[CircuitBreakers].[State] != 0) AND chokaq.[JobsHot].[CreatedAtUtc] < DATEADD(SECOND, CAST(FLOOR(CAST(:param_2 AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:param_2 AS FLOAT)) - FLOOR(CAST(:param_2 AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME()))
+GO
+
+-- name: sweep_breaker_move
+-- those jobs -> JobsDLQ as CircuitBreakerOpen, and FailedTotal
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, [Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2);
+BEGIN TRANSACTION;
+INSERT INTO chokaq.[JobsDLQ] ([Id], [Queue], [Type], [Payload], [Tags], [FailureReason], [ErrorDetails], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [FailedAtUtc], [HeartbeatUtc], [StartedAtUtc], [Attempts]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
+SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], 3, 'circuit breaker open for the job type; waited longer than Retry.MaxJobAge', chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], SYSUTCDATETIME() AS anon_1, chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[Attempts]
+FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK)
+WHERE chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:breaker_ids AS NVARCHAR(max)))) AND chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[Type] IN (SELECT chokaq.[CircuitBreakers].[JobType]
+FROM chokaq.[CircuitBreakers]
+WHERE chokaq.[CircuitBreakers].[State] != 0) AND chokaq.[JobsHot].[CreatedAtUtc] < DATEADD(SECOND, CAST(FLOOR(CAST(:param_1 AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:param_1 AS FLOAT)) - FLOOR(CAST(:param_1 AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME()));
+DELETE h FROM chokaq.[JobsHot] AS h JOIN @moved AS m ON m.[Id] = h.[Id];
+INSERT INTO chokaq.[StatsSummary] ([Queue], [LastActivityUtc]) SELECT DISTINCT m.[Queue], SYSUTCDATETIME() FROM @moved AS m WHERE NOT EXISTS (SELECT 1 FROM chokaq.[StatsSummary] AS s WITH (UPDLOCK, HOLDLOCK) WHERE s.[Queue] = m.[Queue]);
+UPDATE s SET s.[FailedTotal] = s.[FailedTotal] + m.[n], s.[LastActivityUtc] = SYSUTCDATETIME() FROM chokaq.[StatsSummary] AS s JOIN (SELECT [Queue], COUNT(*) AS [n] FROM @moved GROUP BY [Queue]) AS m ON m.[Queue] = s.[Queue];
+COMMIT TRANSACTION;
+SET XACT_ABORT OFF;
+SET NOCOUNT OFF;
+SELECT [Id], [Queue] FROM @moved
+GO
+
 -- name: retention_dlq
 -- Retention.DlqDays: the oldest dead jobs past the cutoff deleted, 1000 per transaction
 DELETE FROM chokaq.[JobsDLQ] WHERE chokaq.[JobsDLQ].[Id] IN (SELECT TOP 1000 chokaq.[JobsDLQ].[Id]

@@ -13,9 +13,10 @@ from fastapi.testclient import TestClient
 
 from chokaq import ChokaQ
 from chokaq.api import create_api
+from chokaq.domain.breakers import BreakerPolicy
 from chokaq.domain.schedules import ScheduleSpec
 from chokaq.operations.job_out import JobOut
-from chokaq.storage import ScheduleStore
+from chokaq.storage import BreakerStore, ScheduleStore
 from tests.api.helpers import HEADERS, enqueue, make_app, make_dead
 
 ROLES = ["anonymous", "viewer", "operator", "admin"]
@@ -55,6 +56,8 @@ ROUTES: list[tuple[str, str, str, Any, str, int]] = [
     ("schedule_resume", "POST", "/api/schedules/default/resume", None, "operator", 200),
     ("schedule_run", "POST", "/api/schedules/default/run", None, "operator", 200),
     ("schedule_edit", "PATCH", "/api/schedules/default", {"cron": "0 4 * * *"}, "admin", 200),
+    ("breakers", "GET", "/api/breakers", None, "viewer", 200),
+    ("breaker_close", "POST", "/api/breakers/t/close", None, "operator", 200),
     ("events_recent", "GET", "/api/events/recent", None, "viewer", 200),
     ("events_stream", "GET", "/api/events?max_events=1", None, "viewer", 200),
 ]
@@ -77,6 +80,7 @@ MUTATING = {
     "schedule_resume",
     "schedule_run",
     "schedule_edit",
+    "breaker_close",
 }
 
 
@@ -85,6 +89,7 @@ def env(sqlite_url: str) -> Iterator[tuple[ChokaQ, TestClient, dict[str, str]]]:
     app = make_app(sqlite_url)
     ids = {"P": enqueue(app.storage), "D": make_dead(app.storage, 1)[0]}
     ScheduleStore(app.storage).sync([ScheduleSpec("default", "0 3 * * *", "t", queue="default")])
+    BreakerStore(app.storage).record_failure("t", BreakerPolicy(failure_threshold=1), "w")  # open
     with TestClient(create_api(app)) as client:
         yield app, client, ids
     app.close()
@@ -107,6 +112,7 @@ def _snapshot(app: ChokaQ, ids: dict[str, str]) -> Any:
         [(q.name, q.is_paused) for q in s.list_queues()],
         [(x.queue, x.pending, x.dlq_size) for x in s.queue_stats()],
         ScheduleStore(s).list(),
+        BreakerStore(s).every(),
     )
 
 
@@ -151,7 +157,7 @@ def test_every_mutating_route_is_in_the_matrix() -> None:
     for path, ops in paths.items():
         for method in ops:
             m = method.upper()
-            pattern = path.replace("{name}", "default")
+            pattern = path.replace("{name}", "default").replace("{job_type}", "t")
             candidates = {(m, pattern.replace("{job_id}", x)) for x in ("{P}", "{D}")}
             assert candidates & declared, (m, path)
     assert {r[0] for r in ROUTES} >= MUTATING

@@ -97,3 +97,17 @@ def ignore_cancel(payload: dict[str, object], ctx: JobContext) -> None:
     while not os.path.exists(release):
         time.sleep(0.02)
     _record(ctx.job_id, "finished")
+
+
+# Circuit breakers (tests/acceptance/test_breakers.py): "flaky" fails while the file named by its
+# payload exists; "steady" always succeeds.
+@app.job("flaky")
+def flaky(payload: dict[str, object], ctx: JobContext) -> None:
+    _record(ctx.job_id, "flaky")
+    if os.path.exists(str(payload["fail_while"])):
+        raise RuntimeError("the dependency is down")
+
+
+@app.job("steady")
+def steady(payload: dict[str, object], ctx: JobContext) -> None:
+    _record(ctx.job_id, "steady")

@@ -114,6 +114,22 @@ def test_upgrade_from_version_3_adds_the_archive_due_time(db_url: str) -> None:
     s.close()
 
 
+def test_upgrade_to_version_8_creates_the_circuit_breakers_table(db_url: str) -> None:
+    s = Storage(db_url)
+    s.upgrade()
+    schema = None if s.dialect == "sqlite" else "chokaq"
+    q = (lambda t: f'"{t}"') if s.dialect == "sqlite" else (lambda t: f'chokaq."{t}"')
+    # A database as version 6 left it.
+    with s.engine.begin() as c:
+        c.execute(text(f"DROP TABLE {q('CircuitBreakers')}"))
+        c.execute(text(f'DELETE FROM {q("SchemaMigrations")} WHERE "Version" = 8'))
+    assert not inspect(s.engine).has_table("CircuitBreakers", schema=schema)
+    assert s.upgrade() == [8]
+    assert inspect(s.engine).has_table("CircuitBreakers", schema=schema)
+    assert s.upgrade() == []
+    s.close()
+
+
 def test_postgres_script_creates_what_the_code_creates() -> None:
     by_code = fresh_pg_database()
     by_script = fresh_pg_database()
@@ -134,6 +150,7 @@ def test_postgres_script_creates_what_the_code_creates() -> None:
             "SchemaMigrations",
             "AuditLog",
             "Schedules",
+            "CircuitBreakers",
         }
         assert code == script
         # And `chokaq db upgrade` on a database made by the script is a no-op.

@@ -8,6 +8,7 @@ import sys
 
 EVERY_SUBCOMMAND = {
     "archive",
+    "breakers",
     "db",
     "dev",
     "dlq",

@@ -20,6 +20,7 @@ function describeEvent(e) {
       if (e.retried) t += `, retried ${num(e.retried)} idempotent`;
       return t;
     }
+    case "breaker.changed": return `Circuit breaker of ${e.type}: ${e.old} → ${e.new} (${e.by || "?"})`;
     case "job.archived": return `Job ${e.id} succeeded (${e.type || "?"} on ${e.queue || "?"})`;
     case "job.failed":
       return e.id ? `Job ${e.id} → DLQ: ${e.reason || "failed"} (${e.queue || "?"})`
@@ -40,7 +41,7 @@ function describeEvent(e) {
 function logConsole(kind, text, at) {
   const list = $('[data-testid="console"]');
   const time = new Date((at || Date.now() / 1000) * 1000).toISOString().slice(11, 19);
-  const level = kind === "zombie.rescue" || kind === "job.failed" ? "warn" : kind === "error" ? "error" : "info";
+  const level = kind === "zombie.rescue" || kind === "job.failed" || kind === "breaker.changed" ? "warn" : kind === "error" ? "error" : "info";
   list.append(h("li", { class: `console-line ${level}`, dataset: { kind } },
     h("time", {}, time), " ", h("span", { class: "console-kind" }, kind), " ", h("span", {}, text)));
   while (list.children.length > CONSOLE_MAX) list.firstElementChild.remove();

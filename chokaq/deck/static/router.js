@@ -3,12 +3,13 @@
 import { $$ } from "./dom.js";
 import { state } from "./state.js";
 import { loadAudit } from "./views/audit.js";
+import { loadBreakers } from "./views/breakers.js";
 import { loadList } from "./views/lists.js";
 import { loadOverview } from "./views/overview.js";
 import { loadQueues } from "./views/queues.js";
 import { loadSchedules } from "./views/schedules.js";
 
-const VIEWS = ["overview", "queues", "schedules", "hot", "archive", "dlq", "audit"];
+const VIEWS = ["overview", "queues", "schedules", "breakers", "hot", "archive", "dlq", "audit"];
 
 export function route() {
   const parts = location.hash.replace(/^#\/?/, "").split(/[?]/)[0].split("/");
@@ -33,6 +34,7 @@ export async function refreshView() {
   if (v === "overview") return loadOverview();
   if (v === "queues") return loadQueues();
   if (v === "schedules") return loadSchedules();
+  if (v === "breakers") return loadBreakers();
   if (v === "hot" || v === "archive" || v === "dlq") return loadList(v);
   if (v === "audit") return loadAudit();
   return undefined;

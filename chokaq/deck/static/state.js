@@ -11,6 +11,7 @@ export const state = {
   statsSig: "",
   queues: [],
   schedulesSig: "",
+  breakersSig: "",
   lists: {},
   audit: { filters: {}, page: 1, page_size: null, data: null }, // page_size: /api/meta's default
   insp: null, // {id, job, schema, audit, dirty, errors}

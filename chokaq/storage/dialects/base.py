@@ -105,14 +105,21 @@ class Profile:
         raise NotImplementedError
 
     def claim_statement(
-        self, queue_names: list[str], limited: bool, limit: int, start: bool, zombie_retry: bool, params: dict[str, Any]
+        self,
+        queue_names: list[str],
+        limited: bool,
+        limit: int,
+        start: bool,
+        zombie_retry: bool,
+        params: dict[str, Any],
+        breaker: bool = False,
     ) -> Any:
         """The claim for ``queue_names`` (empty: every queue), its queue parameters added to ``params``."""
         from chokaq.storage import statements as st
 
         if queue_names:
             params["claim_queues"] = list(queue_names)
-        return st.claim_statement(bool(queue_names), limited, limit, start, zombie_retry)
+        return st.claim_statement(bool(queue_names), limited, limit, start, zombie_retry, breaker)
 
     def alone_move(self, move: MoveStatements) -> Any:
         """The statement (or batch) of a move that runs alone (see :attr:`moves_alone`)."""

@@ -72,14 +72,21 @@ class SqlServerProfile(Profile):
         return d  # type: ignore[no-any-return]
 
     def claim_statement(
-        self, queue_names: list[str], limited: bool, limit: int, start: bool, zombie_retry: bool, params: dict[str, Any]
+        self,
+        queue_names: list[str],
+        limited: bool,
+        limit: int,
+        start: bool,
+        zombie_retry: bool,
+        params: dict[str, Any],
+        breaker: bool = False,
     ) -> Any:
         from chokaq.storage import statements as st
 
         # One parameter per queue: the updatable CTE compares Queue = ? per name (sqlserver_shapes.py).
         for i, name in enumerate(queue_names):
             params[f"claim_queue_{i}"] = name
-        return st.mssql_claim_statement(len(queue_names), limited, limit, start, zombie_retry)
+        return st.mssql_claim_statement(len(queue_names), limited, limit, start, zombie_retry, breaker)
 
     def alone_move(self, move: MoveStatements) -> Any:
         return move.batch

@@ -16,6 +16,7 @@ from sqlalchemy.sql.expression import table as sql_table
 from chokaq.storage.dialects.sqlserver_shapes import CteUpdate
 from chokaq.storage.schema import jobs_hot, queues
 from chokaq.storage.sqlfuncs import MSSQL_CLAIM_HINT, ListParam, claim_lock, in_list, utcnow
+from chokaq.storage.statements.breakers import not_blocked
 from chokaq.storage.statements.columns import Columns
 from chokaq.storage.statements.status import FETCHED, PENDING, PROCESSING, status_is
 
@@ -46,7 +47,7 @@ def started_values(zombie_retry: bool, cols: Columns = jobs_hot.c) -> dict[str, 
 
 @functools.lru_cache(maxsize=256)
 def claim_statement(
-    by_queue: bool, limited: bool, limit: int, start: bool = False, zombie_retry: bool = False
+    by_queue: bool, limited: bool, limit: int, start: bool = False, zombie_retry: bool = False, breaker: bool = False
 ) -> ReturningUpdate[Any]:
     """The claim UPDATE, built once per shape (building it per call costs more than running it).
 
@@ -72,6 +73,9 @@ def claim_statement(
     # still walks the fetch index in claim order, stopping after ``limit`` rows. A correlated
     # NOT EXISTS becomes an anti-join that sorts every Pending row instead.
     cand = cand.where(cand_t.c.Queue.not_in(select(queues.c.Name).where(blocked)))
+    if breaker:
+        # Execution.CircuitBreaker on: types whose breaker is not closed wait (statements/breakers.py).
+        cand = cand.where(not_blocked(cand_t.c.Type))
     cand = claim_lock(
         # A plain int: SQL Server renders it as TOP (a bind parameter would become ROW_NUMBER()).
         cand.order_by(cand_t.c.Priority.desc(), cand_t.c.ScheduledAtUtc, cand_t.c.CreatedAtUtc).limit(limit),
@@ -90,7 +94,7 @@ def claim_statement(
 
 @functools.lru_cache(maxsize=256)
 def mssql_claim_statement(
-    queue_count: int, limited: bool, limit: int, start: bool = False, zombie_retry: bool = False
+    queue_count: int, limited: bool, limit: int, start: bool = False, zombie_retry: bool = False, breaker: bool = False
 ) -> CteUpdate:
     """SQL Server's claim: ``WITH c AS (SELECT TOP (n) ... WITH (UPDLOCK, READPAST, ROWLOCK)) UPDATE c``.
 
@@ -116,6 +120,7 @@ def mssql_claim_statement(
             ~in_list(hot.Id, bindparam("claim_skip", type_=ListParam(hot.Id.type))),
             *extra,
             hot.Queue.not_in(select(queues.c.Name).where(blocked)),
+            *([not_blocked(hot.Type)] if breaker else []),
         ]
 
     def queue(i: int) -> ColumnElement[bool]:
