@@ -11,13 +11,14 @@ import threading
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import event, update
+from sqlalchemy import delete, event, inspect, update
+from sqlalchemy.schema import DropIndex, DropTable
 
 from chokaq import JobContext, __version__
 from chokaq.domain.models import EnqueueRequest
 from chokaq.domain.workers import WorkerIdentity
 from chokaq.storage import Storage, WorkerDirectory, WorkerPresence
-from chokaq.storage.schema import jobs_hot, workers
+from chokaq.storage.schema import jobs_hot, schema_migrations, workers, zombie_worker_index
 from tests.helpers import wait_for
 from tests.integration.test_worker import make_app
 
@@ -165,3 +166,22 @@ def test_a_tick_sends_at_most_one_presence_statement(db_url: str) -> None:
     # One at start, one per tick that wrote (never more than the ticks), one at the exit.
     assert 1 <= worker.presence.writes <= ticked
     assert len(upserts) == 1 + worker.presence.writes + 1
+
+
+def test_migration_7_brings_a_version_6_database_the_workers_table(db_url: str) -> None:
+    s = Storage(db_url)
+    s.upgrade()
+    schema = s.profile.table_schema
+    # As a version 6 database was: no Workers table, no zombie index, no record of step 7.
+    s.write(lambda c: c.execute(DropIndex(zombie_worker_index)))
+    s.write(lambda c: c.execute(DropTable(workers)))
+    s.write(lambda c: c.execute(delete(schema_migrations).where(schema_migrations.c.Version == 7)))
+    assert not inspect(s.engine).has_table("Workers", schema=schema)
+    assert s.upgrade() == [7]
+    assert inspect(s.engine).has_table("Workers", schema=schema)
+    dlq_indexes = {i["name"] for i in inspect(s.engine).get_indexes("JobsDLQ", schema=schema)}
+    assert "IX_JobsDLQ_ZombieWorker" in dlq_indexes
+    WorkerPresence(s, _identity("after-upgrade")).record(1, starting=True)
+    assert [w.worker_id for w in WorkerDirectory(s).list()] == ["after-upgrade"]
+    assert s.upgrade() == []
+    s.close()

@@ -61,7 +61,7 @@ def stopped_statement() -> Update:
             _w.Host == bindparam("worker_host", type_=_w.Host.type),
             _w.Pid == bindparam("worker_pid", type_=_w.Pid.type),
         )
-        .values(State=_state(STOPPED), StoppedAtUtc=now, LastSeenUtc=now, Running=0)
+        .values(State=_state(STOPPED), StoppedAtUtc=now, LastSeenUtc=now, Running=literal_column("0"))
     )
 
 
