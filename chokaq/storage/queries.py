@@ -81,7 +81,7 @@ def statements(dialect_name: str) -> list[tuple[str, str, ClauseElement]]:
         ("sweep_retry", "sweep: expired heartbeats of ZombieRetry jobs -> Pending, one batch", sweep.retry),
         ("sweep_zombie_ids", "sweep: the ids of expired jobs bound for the DLQ, one batch", sweep.zombie_ids),
         ("sweep_zombies", "sweep: those jobs -> JobsDLQ inside the database, and FailedTotal", move(sweep.zombies)),
-        ("worker_presence", "the worker's row in Workers, live, on each heartbeat tick (insert or update, one statement)",
+        ("worker_presence", "the worker's row in Workers, live, each heartbeat tick (insert or update, one statement)",
          wk.presence_statement(profile.name, False)),
         ("worker_stopped", "the worker's row marked stopped at a clean exit", wk.stopped_statement()),
         ("sweep_workers_lost", "sweep: live workers silent past Recovery.ProcessingZombieTimeout -> lost",

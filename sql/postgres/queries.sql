@@ -129,7 +129,7 @@ FROM moved GROUP BY moved."Queue" ORDER BY moved."Queue" ON CONFLICT ("Queue") D
 FROM moved;
 
 -- name: worker_presence
--- the worker's row in Workers, live, on each heartbeat tick (insert or update, one statement)
+-- the worker's row in Workers, live, each heartbeat tick (insert or update, one statement)
 INSERT INTO chokaq."Workers" ("WorkerId", "Host", "Pid", "Version", "Queues", "Concurrency", "Running", "StartedAtUtc", "LastSeenUtc", "State", "StoppedAtUtc") VALUES (:worker_id::VARCHAR, :worker_host::VARCHAR, :worker_pid::INTEGER, :worker_version::VARCHAR, :worker_queues::VARCHAR, :worker_concurrency::INTEGER, :worker_running::INTEGER, (clock_timestamp() AT TIME ZONE 'UTC'), (clock_timestamp() AT TIME ZONE 'UTC'), 'live', CAST(NULL AS TIMESTAMP WITHOUT TIME ZONE)) ON CONFLICT ("WorkerId") DO UPDATE SET "Host" = excluded."Host", "Pid" = excluded."Pid", "Version" = excluded."Version", "Queues" = excluded."Queues", "Concurrency" = excluded."Concurrency", "Running" = excluded."Running", "LastSeenUtc" = excluded."LastSeenUtc", "State" = excluded."State", "StoppedAtUtc" = excluded."StoppedAtUtc";
 
 -- name: worker_stopped

@@ -176,7 +176,7 @@ SELECT [Id], [Queue] FROM @moved
 GO
 
 -- name: worker_presence
--- the worker's row in Workers, live, on each heartbeat tick (insert or update, one statement)
+-- the worker's row in Workers, live, each heartbeat tick (insert or update, one statement)
 MERGE INTO chokaq.[Workers] WITH (HOLDLOCK) AS t
 USING (SELECT :worker_id AS [WorkerId], :worker_host AS [Host], :worker_pid AS [Pid], :worker_version AS [Version], :worker_queues AS [Queues], :worker_concurrency AS [Concurrency], :worker_running AS [Running], SYSUTCDATETIME() AS [StartedAtUtc], SYSUTCDATETIME() AS [LastSeenUtc], 'live' AS [State], CAST(NULL AS DATETIME2(7)) AS [StoppedAtUtc]) AS s
 ON t.[WorkerId] = s.[WorkerId]
