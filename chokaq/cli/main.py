@@ -10,7 +10,7 @@ import threading
 import click
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from chokaq.cli import admin_cmds, dev, job_cmds, schedule_cmds
+from chokaq.cli import admin_cmds, dev, job_cmds, schedule_cmds, worker_cmds
 from chokaq.cli.common import Ctx, app_option, friendly_errors, one_line, pass_ctx
 from chokaq.domain.errors import ConfigurationError
 from chokaq.domain.payload import parse_payload_text
@@ -289,7 +289,14 @@ def stats(c: Ctx) -> None:
 
 # Every subcommand that lives in another module, registered here by name, so that importing ``cli``
 # gives the whole command line (not only a call of main()).
-for _command in (admin_cmds.serve, admin_cmds.dlq, admin_cmds.archive, schedule_cmds.schedules, dev.dev):
+for _command in (
+    admin_cmds.serve,
+    admin_cmds.dlq,
+    admin_cmds.archive,
+    schedule_cmds.schedules,
+    worker_cmds.workers,
+    dev.dev,
+):
     cli.add_command(_command)
 job.add_command(job_cmds.job_reschedule)
 

@@ -20,6 +20,7 @@ EVERY_SUBCOMMAND = {
     "stats",
     "sweep",
     "worker",
+    "workers",
 }
 
 
