@@ -36,7 +36,8 @@ def _age(storage: Storage, worker_id: str, seconds: float, *, stopped: bool = Fa
     storage.write(lambda c: c.execute(update(workers).where(workers.c.WorkerId == worker_id).values(**values)))
 
 
-def test_a_worker_is_live_while_it_runs_and_stopped_after_a_clean_exit(db_url: str) -> None:
+def _holding_app(db_url: str) -> tuple[Any, threading.Event]:
+    """An app whose ``hold_v1`` jobs run until the event is set."""
     app = make_app(db_url)
     release = threading.Event()
 
@@ -45,6 +46,11 @@ def test_a_worker_is_live_while_it_runs_and_stopped_after_a_clean_exit(db_url: s
         while not release.is_set():
             await asyncio.sleep(0.01)
 
+    return app, release
+
+
+def test_a_worker_is_live_while_it_runs_and_stopped_after_a_clean_exit(db_url: str) -> None:
+    app, release = _holding_app(db_url)
     job_id = app.enqueue("hold_v1", {}, queue="reports")
     worker = app.worker(queues=["reports", "mail"], concurrency=3, worker_id="ракета-1")
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
@@ -128,14 +134,7 @@ def test_zombies_are_counted_against_the_worker_that_held_them(storage: Storage)
 
 
 def test_a_tick_sends_at_most_one_presence_statement(db_url: str) -> None:
-    app = make_app(db_url)
-    release = threading.Event()
-
-    @app.job("hold_v1")
-    async def hold(payload: dict[str, Any], ctx: JobContext) -> None:
-        while not release.is_set():
-            await asyncio.sleep(0.01)
-
+    app, release = _holding_app(db_url)
     app.enqueue("hold_v1", {})
     worker = app.worker(worker_id="counted")
     ticks = 0
