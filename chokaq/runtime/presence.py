@@ -20,6 +20,10 @@ from chokaq.redact import redact
 
 log = logging.getLogger("chokaq.worker")
 
+# How long the start and a clean exit wait for their presence writes: a hung connection must hold
+# neither (at the exit the row then stays live, and the sweep marks it lost after the zombie timeout).
+STOP_WAIT = 10.0
+
 
 class PresenceWrites(Protocol):
     """The row's statements (:class:`~chokaq.storage.WorkerPresence`), blocking."""
@@ -43,9 +47,13 @@ class Presence:
         self._failing = False
         self.writes = 0  # ticks that sent a write (for the tests: at most one per tick)
 
-    async def start(self) -> None:
-        """The row at start-up, with this start's time."""
-        await self._write(self._call(self._writes.record, self._running(), starting=True))
+    async def start(self, wait: float = STOP_WAIT) -> None:
+        """The row at start-up, with this start's time (``wait`` seconds at most: the worker starts
+        work either way, and its ticks write the row)."""
+        try:
+            await asyncio.wait_for(self._write(self._call(self._writes.record, self._running(), starting=True)), wait)
+        except TimeoutError:
+            log.warning("worker %s: writing its row in Workers hangs; starting without it", self._worker_id)
 
     def tick(self) -> None:
         """On a heartbeat tick: the row refreshed, in the background. Call it on the worker's loop."""
@@ -56,13 +64,20 @@ class Presence:
             self._write(self._call(self._writes.record, self._running())), name="chokaq-presence"
         )
 
-    async def stop(self) -> None:
+    async def stop(self, wait: float = STOP_WAIT) -> None:
         """A clean exit: a refresh still in flight is let finish (it could otherwise land after the
-        stop and mark the worker live again), then the row is marked stopped."""
+        stop and mark the worker live again), then the row is marked stopped; ``wait`` seconds at
+        most for each."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            await asyncio.wait([pending])
-        await self._write(self._call(self._writes.stopped))
+            await asyncio.wait([pending], timeout=wait)
+            if not pending.done():
+                log.warning("worker %s: its last presence write hangs; not marked stopped", self._worker_id)
+                return
+        try:
+            await asyncio.wait_for(self._write(self._call(self._writes.stopped)), wait)
+        except TimeoutError:
+            log.warning("worker %s: marking its row stopped hangs; left to the sweep", self._worker_id)
 
     async def _write(self, write: Awaitable[None]) -> None:
         try:

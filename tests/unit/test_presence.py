@@ -137,3 +137,21 @@ def test_a_write_that_succeeds_again_says_so() -> None:
         assert not presence._failing
 
     asyncio.run(scenario())
+
+
+def test_a_hung_write_does_not_hold_a_clean_exit(caplog: pytest.LogCaptureFixture) -> None:
+    gate = threading.Event()
+    writes = Writes(gate=gate)
+
+    async def scenario() -> None:
+        presence = Presence(writes, _on_thread, lambda: 0, "w")
+        presence.tick()
+        while not writes.sent:
+            await asyncio.sleep(0.01)
+        await presence.stop(wait=0.05)  # returns although the tick's write never does
+        assert writes.sent == [("record", 0, False)]  # not marked stopped behind a hung write
+        gate.set()
+
+    with caplog.at_level(logging.WARNING, logger="chokaq.worker"):
+        asyncio.run(scenario())
+    assert any("last presence write hangs" in r.getMessage() for r in caplog.records)
