@@ -110,6 +110,12 @@ class RecoverySettings(BaseModel):
     scan_interval: float = Field(default=60.0, gt=0)
     fetched_job_timeout: float = Field(default=600.0, gt=0)
     processing_zombie_timeout: float = Field(default=600.0, gt=0)
+    worker_retention: float = Field(
+        default=7 * 86400.0,
+        gt=0,
+        description="Recovery.WorkerRetention: seconds a stopped or lost worker's row stays in Workers before the "
+        "sweep deletes it (docs/workers.md)",
+    )
 
 
 class SchedulesSettings(BaseModel):

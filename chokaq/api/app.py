@@ -24,6 +24,7 @@ from chokaq.api import (
     routes_queues,
     routes_schedules,
     routes_system,
+    routes_workers,
 )
 from chokaq.api.auth import Authenticator, AuthError
 from chokaq.api.common import PayloadInvalid
@@ -151,6 +152,7 @@ def create_api(chokaq_app: ChokaQ, *, dev_open: bool = False, allowed_hosts: Seq
         routes_queues,
         routes_schedules,
         routes_breakers,
+        routes_workers,
         routes_jobs,
         routes_dlq,
         events,

@@ -10,7 +10,7 @@ import threading
 import click
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from chokaq.cli import admin_cmds, breaker_cmds, dev, job_cmds, schedule_cmds
+from chokaq.cli import admin_cmds, breaker_cmds, dev, job_cmds, schedule_cmds, worker_cmds
 from chokaq.cli.common import Ctx, app_option, friendly_errors, one_line, pass_ctx
 from chokaq.domain.errors import ConfigurationError
 from chokaq.domain.payload import parse_payload_text
@@ -295,6 +295,7 @@ for _command in (
     admin_cmds.archive,
     schedule_cmds.schedules,
     breaker_cmds.breakers,
+    worker_cmds.workers,
     dev.dev,
 ):
     cli.add_command(_command)

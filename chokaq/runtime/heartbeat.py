@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from chokaq.domain.models import Lease
@@ -65,18 +65,39 @@ class Runs(Protocol):
 
 
 class Heartbeat:
-    def __init__(self, settings: ExecutionSettings, outage: Outage, *, store: LeaseStore, runs: Runs) -> None:
+    def __init__(
+        self,
+        settings: ExecutionSettings,
+        outage: Outage,
+        *,
+        store: LeaseStore,
+        runs: Runs,
+        on_tick: Callable[[], None] | None = None,
+    ) -> None:
         self.settings = settings
         self.outage = outage
         self._store = store
         self._runs = runs
+        # Called first on every tick, whether any lease is held or not: the worker's presence
+        # (runtime/presence.py), which only starts its write and returns.
+        self._on_tick = on_tick
         self.failures = 0  # consecutive failed writes
 
     async def run(self) -> None:
         ex = self.settings
         while True:
             await asyncio.sleep(random.uniform(ex.heartbeat_interval_min, ex.heartbeat_interval_max))
-            await self.beat()
+            await self.tick()
+
+    async def tick(self) -> None:
+        """One tick: the presence write started, then the leases refreshed."""
+        if self._on_tick is not None:
+            try:
+                self._on_tick()
+            except Exception:
+                # Presence must never cost the leases their heartbeat.
+                log.exception("the worker's presence tick failed")
+        await self.beat()
 
     async def beat(self) -> None:
         """One tick: refresh every running job's lease."""

@@ -9,10 +9,11 @@ import time
 
 from chokaq.domain.backoff import backoff
 from chokaq.domain.models import SweepResult
+from chokaq.redact import redact
 from chokaq.runtime.events import EventBus
 from chokaq.runtime.outage import Outage
 from chokaq.settings import ChokaQSettings
-from chokaq.storage import Storage, is_transient
+from chokaq.storage import Storage, WorkerDirectory, is_transient
 from chokaq.telemetry import instruments, tracer
 
 log = logging.getLogger("chokaq.sweep")
@@ -37,6 +38,7 @@ def run_sweep(
         span.set_attribute("chokaq.archived", result.archived)
         if breakers or settings.execution.circuit_breaker.enabled:
             result = _expire_behind_breakers(storage, settings, result, events)
+        _sweep_workers(storage, settings)
     ins = instruments()
     ins.sweeps.add(1)
     if result.archived:
@@ -75,6 +77,39 @@ def _expire_behind_breakers(
     if events is not None:
         events.publish_many("job.failed", [{"id": i, "reason": "CircuitBreakerOpen"} for i in ids[:50]])
     return dataclasses.replace(result, breaker_expired=len(ids))
+
+
+_workers_failing = False
+
+
+def _sweep_workers(storage: Storage, settings: ChokaQSettings) -> None:
+    """The Workers rows (docs/workers.md): live ones silent past Recovery.ProcessingZombieTimeout
+    marked lost, old stopped and lost ones pruned (Recovery.WorkerRetention). After the jobs' sweep,
+    and never in its way: a failure here (a database not yet upgraded) is logged once."""
+    global _workers_failing
+    try:
+        lost, pruned = WorkerDirectory(storage).sweep(
+            silent_for=settings.recovery.processing_zombie_timeout, retention=settings.recovery.worker_retention
+        )
+    except Exception as exc:
+        if not _workers_failing:
+            _workers_failing = True
+            reason = redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])[:300]
+            log.warning(
+                "the sweep could not update Workers (%s: %s); jobs are swept all the same", type(exc).__name__, reason
+            )
+        return
+    _workers_failing = False
+    if lost:
+        log.warning(
+            "%d %s silent past Recovery.ProcessingZombieTimeout: marked lost",
+            lost,
+            "worker" if lost == 1 else "workers",
+        )
+    if pruned:
+        log.info(
+            "pruned %d stopped or lost %s past Recovery.WorkerRetention", pruned, "worker" if pruned == 1 else "workers"
+        )
 
 
 def sweep_outlasting(

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from chokaq.domain.backoff import backoff
 from chokaq.domain.models import JobRecord, Lease
 from chokaq.domain.schedules import ScheduleError
+from chokaq.domain.workers import WorkerIdentity
 from chokaq.runtime.activity import Activity
 from chokaq.runtime.breakers import BreakerGuard
 from chokaq.runtime.completer import Completer
@@ -43,6 +44,7 @@ from chokaq.runtime.loops import loop_factory
 from chokaq.runtime.outage import Outage
 from chokaq.runtime.outcomes import Outcome
 from chokaq.runtime.planner_statistics import refresh_statistics_forever
+from chokaq.runtime.presence import Presence
 from chokaq.runtime.reconcile import Reconciler
 from chokaq.runtime.running import Running
 from chokaq.runtime.schedules import fire_forever
@@ -51,7 +53,7 @@ from chokaq.runtime.slots import Slots
 from chokaq.runtime.starting import Starter
 from chokaq.runtime.supervisor import HelperDied, Supervisor
 from chokaq.runtime.worker_stats import Transition, WorkerStats
-from chokaq.storage import is_transient, listen
+from chokaq.storage import WorkerPresence, is_transient, listen
 from chokaq.telemetry import instruments
 
 if TYPE_CHECKING:  # for the annotation only: app imports this module, never the reverse
@@ -96,7 +98,9 @@ class Worker:
         self.reconciler = Reconciler(self.store, self.outage, self.slots, adopted=self.activity.touch)
         self._loop: asyncio.AbstractEventLoop | None = None
         zombie_retry_types = {h.name for h in app.handlers.values() if h.retry_zombies}
-        self.heartbeat = Heartbeat(ex, self.outage, store=self.store, runs=self)
+        # The Workers row (docs/workers.md): written at start, beside each heartbeat tick, and at a clean exit.
+        self.presence = self._presence()
+        self.heartbeat = Heartbeat(ex, self.outage, store=self.store, runs=self, on_tick=self.presence.tick)
         self.breakers = BreakerGuard.for_handlers(
             self.store,
             app.handlers,
@@ -128,6 +132,15 @@ class Worker:
             breakers=self.breakers,
         )
         self.failure: str | None = None  # why a helper task's death stopped the worker
+
+    def _presence(self) -> Presence:
+        from chokaq import __version__  # the package has finished importing by now, not when this module loads
+
+        served = tuple(self.queues) if self.queues else None
+        host = socket.gethostname()[:255]
+        identity = WorkerIdentity(self.id, host, os.getpid(), __version__, served, self.concurrency)
+        slots = self.slots
+        return Presence(WorkerPresence(self.storage, identity), self.store.call, lambda: len(slots.running), self.id)
 
     # ------------------------------------------------------------------ what collaborators report
     def conflict(self, transition: Transition, n: int = 1) -> None:
@@ -252,6 +265,11 @@ class Worker:
             stack.callback(self._closed)
             await self._wait_for_database()
             await self._sync_schedules()
+            if not self.slots.stopping:
+                # Marked stopped once everything else has wound down (this runs after the
+                # drain and the helpers' end): a worker still draining is live.
+                await self.presence.start()
+                stack.push_async_callback(self.presence.stop)
             await stack.enter_async_context(self.store.on_loop())
             stack.enter_context(self._counted())
             stack.enter_context(self._sweeping())

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from chokaq.storage.migrations import render_script
     from chokaq.storage.queries import render_queries
     from chokaq.storage.schedules import ScheduleStore
+    from chokaq.storage.workers import WorkerDirectory, WorkerPresence
 
 __all__ = [
     "WAIT_BASIS",
@@ -55,6 +56,8 @@ __all__ = [
     "StartResult",
     "Storage",
     "Take",
+    "WorkerDirectory",
+    "WorkerPresence",
     "WorkerStore",
     "is_transient",
     "listen",
@@ -77,6 +80,8 @@ _LAZY = {
     "render_script": "chokaq.storage.migrations",
     "render_queries": "chokaq.storage.queries",
     "ScheduleStore": "chokaq.storage.schedules",
+    "WorkerDirectory": "chokaq.storage.workers",
+    "WorkerPresence": "chokaq.storage.workers",
 }
 
 

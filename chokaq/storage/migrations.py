@@ -21,6 +21,8 @@ from chokaq.storage.schema import (
     metadata,
     schedules,
     schema_migrations,
+    workers,
+    zombie_worker_index,
 )
 from chokaq.storage.sqlfuncs import utcnow
 
@@ -71,6 +73,13 @@ def _v8_circuit_breakers(conn: Connection) -> None:
     circuit_breakers.create(conn, checkfirst=True)
 
 
+def _v7_workers(conn: Connection) -> None:
+    # Worker presence: a new table (with its index), and the DLQ's zombies findable by worker.
+    # Step 1 may just have created both.
+    workers.create(conn, checkfirst=True)
+    zombie_worker_index.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial", _v1_initial),
     (2, "drop IX_JobsHot_Worker", _v2_drop_worker_index),
@@ -78,6 +87,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (4, "JobsArchive.ScheduledAtUtc (queue wait from the due time)", _v4_archive_due_time),
     (5, "Schedules (recurring jobs)", _v5_schedules),
     (6, "Attempts on JobsHot, JobsArchive and JobsDLQ (the attempt history)", _v6_attempt_history),
+    (7, "Workers (worker presence), IX_JobsDLQ_ZombieWorker", _v7_workers),
     (8, "CircuitBreakers (a breaker per job type)", _v8_circuit_breakers),
 ]
 

@@ -20,6 +20,7 @@ from chokaq.storage.dialects import PROFILES, Profile
 from chokaq.storage.schema import jobs_dlq
 from chokaq.storage.statements import breakers as sb
 from chokaq.storage.statements import schedules as sch
+from chokaq.storage.statements import workers as wk
 
 # Shown as a parameter: the run's clock minus Retention.DlqDays.
 RETENTION_CUTOFF = datetime(2000, 1, 1)
@@ -81,6 +82,13 @@ def statements(dialect_name: str) -> list[tuple[str, str, ClauseElement]]:
         ("sweep_retry", "sweep: expired heartbeats of ZombieRetry jobs -> Pending, one batch", sweep.retry),
         ("sweep_zombie_ids", "sweep: the ids of expired jobs bound for the DLQ, one batch", sweep.zombie_ids),
         ("sweep_zombies", "sweep: those jobs -> JobsDLQ inside the database, and FailedTotal", move(sweep.zombies)),
+        ("worker_presence", "the worker's row in Workers, live, each heartbeat tick (insert or update, one statement)",
+         wk.presence_statement(profile.name, False)),
+        ("worker_stopped", "the worker's row marked stopped at a clean exit", wk.stopped_statement()),
+        ("sweep_workers_lost", "sweep: live workers silent past Recovery.ProcessingZombieTimeout -> lost",
+         wk.lost_statement(recovery.processing_zombie_timeout)),
+        ("sweep_workers_prune", f"sweep: stopped or lost workers past Recovery.WorkerRetention deleted, {cleanup} "
+         "per transaction", wk.prune_statement(recovery.worker_retention, cleanup)),
         ("schedules_due", "schedules: the names of the rows due now (every Schedules.PollInterval, no lock)",
          sch.due_names_statement()),
         ("schedule_lock", "schedules: one due row locked for its firing, skipped when another process holds it",

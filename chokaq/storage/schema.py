@@ -232,6 +232,14 @@ Index("IX_JobsDLQ_FailedAt", jobs_dlq.c.FailedAtUtc, jobs_dlq.c.Id)
 # Id last: filtered DLQ pages sort by (FailedAtUtc, Id) and read this index in order.
 Index("IX_JobsDLQ_QueueReason", jobs_dlq.c.Queue, jobs_dlq.c.FailureReason, jobs_dlq.c.FailedAtUtc, jobs_dlq.c.Id)
 Index("IX_JobsDLQ_Type", jobs_dlq.c.Type, jobs_dlq.c.FailedAtUtc)
+# The Workers page's zombies per worker (docs/workers.md); only zombie rows are indexed (reason 2).
+zombie_worker_index = Index(
+    "IX_JobsDLQ_ZombieWorker",
+    jobs_dlq.c.WorkerId,
+    postgresql_where=jobs_dlq.c.FailureReason == 2,
+    sqlite_where=jobs_dlq.c.FailureReason == 2,
+    mssql_where=jobs_dlq.c.FailureReason == 2,
+)
 
 queues = Table(
     "Queues",
@@ -322,3 +330,25 @@ circuit_breakers = Table(
     Column("UpdatedBy", Unicode(limits.MAX_ACTOR_LEN)),
     Column("LastUpdatedUtc", UtcTime, nullable=False),
 )
+# Worker presence (docs/workers.md): each worker process upserts its row at start and on its
+# heartbeat tick, marks it stopped on a clean exit; the sweep marks a silent one lost and prunes
+# old stopped and lost rows. WorkerId is the id its jobs carry in JobsHot.WorkerId / JobsDLQ.WorkerId.
+workers = Table(
+    "Workers",
+    metadata,
+    Column("WorkerId", Key(limits.MAX_WORKER_ID_LEN), primary_key=True),
+    Column("Host", Unicode(limits.MAX_HOST_LEN), nullable=False),
+    Column("Pid", Integer, nullable=False),
+    Column("Version", String(limits.MAX_VERSION_LEN), nullable=False),
+    # The queues it serves as a JSON list; NULL: every queue.
+    Column("Queues", LongText),
+    Column("Concurrency", Integer, nullable=False),
+    Column("Running", Integer, nullable=False, server_default=text("0")),
+    Column("StartedAtUtc", UtcTime, nullable=False),
+    Column("LastSeenUtc", UtcTime, nullable=False),
+    # live, stopped (a clean exit) or lost (silent past Recovery.ProcessingZombieTimeout).
+    Column("State", String(10), nullable=False),
+    Column("StoppedAtUtc", UtcTime),
+)
+# The sweep's two reads: live rows gone silent, and old stopped or lost rows to prune.
+Index("IX_Workers_StateLastSeen", workers.c.State, workers.c.LastSeenUtc)

@@ -69,6 +69,7 @@ CREATE TABLE chokaq."JobsDLQ" (
 CREATE INDEX "IX_JobsDLQ_FailedAt" ON chokaq."JobsDLQ" ("FailedAtUtc", "Id");
 CREATE INDEX "IX_JobsDLQ_QueueReason" ON chokaq."JobsDLQ" ("Queue", "FailureReason", "FailedAtUtc", "Id");
 CREATE INDEX "IX_JobsDLQ_Type" ON chokaq."JobsDLQ" ("Type", "FailedAtUtc");
+CREATE INDEX "IX_JobsDLQ_ZombieWorker" ON chokaq."JobsDLQ" ("WorkerId") WHERE "FailureReason" = 2;
 CREATE TABLE chokaq."JobsHot" (
 	"Id" VARCHAR(50) NOT NULL, 
 	"Queue" VARCHAR(255) NOT NULL, 
@@ -143,10 +144,26 @@ CREATE TABLE chokaq."StatsSummary" (
 	"LastActivityUtc" TIMESTAMP WITHOUT TIME ZONE, 
 	PRIMARY KEY ("Queue")
 );
+CREATE TABLE chokaq."Workers" (
+	"WorkerId" VARCHAR(100) NOT NULL, 
+	"Host" VARCHAR(255) NOT NULL, 
+	"Pid" INTEGER NOT NULL, 
+	"Version" VARCHAR(50) NOT NULL, 
+	"Queues" TEXT, 
+	"Concurrency" INTEGER NOT NULL, 
+	"Running" INTEGER DEFAULT 0 NOT NULL, 
+	"StartedAtUtc" TIMESTAMP WITHOUT TIME ZONE NOT NULL, 
+	"LastSeenUtc" TIMESTAMP WITHOUT TIME ZONE NOT NULL, 
+	"State" VARCHAR(10) NOT NULL, 
+	"StoppedAtUtc" TIMESTAMP WITHOUT TIME ZONE, 
+	PRIMARY KEY ("WorkerId")
+);
+CREATE INDEX "IX_Workers_StateLastSeen" ON chokaq."Workers" ("State", "LastSeenUtc");
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (1, 'initial', (now() AT TIME ZONE 'UTC'));
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (2, 'drop IX_JobsHot_Worker', (now() AT TIME ZONE 'UTC'));
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (3, 'SQL Server: NVARCHAR text, binary-collation keys', (now() AT TIME ZONE 'UTC'));
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (4, 'JobsArchive.ScheduledAtUtc (queue wait from the due time)', (now() AT TIME ZONE 'UTC'));
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (5, 'Schedules (recurring jobs)', (now() AT TIME ZONE 'UTC'));
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (6, 'Attempts on JobsHot, JobsArchive and JobsDLQ (the attempt history)', (now() AT TIME ZONE 'UTC'));
+INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (7, 'Workers (worker presence), IX_JobsDLQ_ZombieWorker', (now() AT TIME ZONE 'UTC'));
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (8, 'CircuitBreakers (a breaker per job type)', (now() AT TIME ZONE 'UTC'));

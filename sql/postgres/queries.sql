@@ -128,6 +128,25 @@ FROM moved GROUP BY moved."Queue" ORDER BY moved."Queue" ON CONFLICT ("Queue") D
  SELECT moved."Id", moved."Queue"
 FROM moved;
 
+-- name: worker_presence
+-- the worker's row in Workers, live, each heartbeat tick (insert or update, one statement)
+INSERT INTO chokaq."Workers" ("WorkerId", "Host", "Pid", "Version", "Queues", "Concurrency", "Running", "StartedAtUtc", "LastSeenUtc", "State", "StoppedAtUtc") VALUES (:worker_id::VARCHAR, :worker_host::VARCHAR, :worker_pid::INTEGER, :worker_version::VARCHAR, :worker_queues::VARCHAR, :worker_concurrency::INTEGER, :worker_running::INTEGER, (clock_timestamp() AT TIME ZONE 'UTC'), (clock_timestamp() AT TIME ZONE 'UTC'), 'live', CAST(NULL AS TIMESTAMP WITHOUT TIME ZONE)) ON CONFLICT ("WorkerId") DO UPDATE SET "Host" = excluded."Host", "Pid" = excluded."Pid", "Version" = excluded."Version", "Queues" = excluded."Queues", "Concurrency" = excluded."Concurrency", "Running" = excluded."Running", "LastSeenUtc" = excluded."LastSeenUtc", "State" = excluded."State", "StoppedAtUtc" = excluded."StoppedAtUtc";
+
+-- name: worker_stopped
+-- the worker's row marked stopped at a clean exit
+UPDATE chokaq."Workers" SET "Running"=0, "LastSeenUtc"=(clock_timestamp() AT TIME ZONE 'UTC'), "State"='stopped', "StoppedAtUtc"=(clock_timestamp() AT TIME ZONE 'UTC') WHERE chokaq."Workers"."WorkerId" = :worker_id::VARCHAR AND chokaq."Workers"."Host" = :worker_host::VARCHAR AND chokaq."Workers"."Pid" = :worker_pid::INTEGER;
+
+-- name: sweep_workers_lost
+-- sweep: live workers silent past Recovery.ProcessingZombieTimeout -> lost
+UPDATE chokaq."Workers" SET "State"='lost', "StoppedAtUtc"=(clock_timestamp() AT TIME ZONE 'UTC') WHERE chokaq."Workers"."State" = 'live' AND chokaq."Workers"."LastSeenUtc" < ((clock_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => CAST((CAST(:param_1 AS FLOAT)) AS DOUBLE PRECISION)));
+
+-- name: sweep_workers_prune
+-- sweep: stopped or lost workers past Recovery.WorkerRetention deleted, 1000 per transaction
+DELETE FROM chokaq."Workers" WHERE chokaq."Workers"."WorkerId" IN (SELECT chokaq."Workers"."WorkerId"
+FROM chokaq."Workers"
+WHERE chokaq."Workers"."State" IN ('stopped', 'lost') AND chokaq."Workers"."StoppedAtUtc" < ((clock_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => CAST((CAST(:param_1 AS FLOAT)) AS DOUBLE PRECISION))) ORDER BY chokaq."Workers"."StoppedAtUtc"
+ LIMIT :param_2::INTEGER) AND chokaq."Workers"."State" IN ('stopped', 'lost') AND chokaq."Workers"."StoppedAtUtc" < ((clock_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => CAST((CAST(:param_1 AS FLOAT)) AS DOUBLE PRECISION)));
+
 -- name: schedules_due
 -- schedules: the names of the rows due now (every Schedules.PollInterval, no lock)
 SELECT chokaq."Schedules"."Name"

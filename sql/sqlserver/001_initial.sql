@@ -90,6 +90,8 @@ CREATE INDEX [IX_JobsDLQ_QueueReason] ON chokaq.[JobsDLQ] ([Queue], [FailureReas
 GO
 CREATE INDEX [IX_JobsDLQ_Type] ON chokaq.[JobsDLQ] ([Type], [FailedAtUtc])
 GO
+CREATE INDEX [IX_JobsDLQ_ZombieWorker] ON chokaq.[JobsDLQ] ([WorkerId]) WHERE [FailureReason] = 2
+GO
 CREATE TABLE chokaq.[JobsHot] (
 	[Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 NOT NULL, 
 	[Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL, 
@@ -176,6 +178,23 @@ CREATE TABLE chokaq.[StatsSummary] (
 	PRIMARY KEY ([Queue])
 )
 GO
+CREATE TABLE chokaq.[Workers] (
+	[WorkerId] NVARCHAR(100) COLLATE Latin1_General_100_BIN2 NOT NULL, 
+	[Host] NVARCHAR(255) NOT NULL, 
+	[Pid] INTEGER NOT NULL, 
+	[Version] VARCHAR(50) NOT NULL, 
+	[Queues] NVARCHAR(max) NULL, 
+	[Concurrency] INTEGER NOT NULL, 
+	[Running] INTEGER NOT NULL DEFAULT 0, 
+	[StartedAtUtc] DATETIME2(7) NOT NULL, 
+	[LastSeenUtc] DATETIME2(7) NOT NULL, 
+	[State] VARCHAR(10) NOT NULL, 
+	[StoppedAtUtc] DATETIME2(7) NULL, 
+	PRIMARY KEY ([WorkerId])
+)
+GO
+CREATE INDEX [IX_Workers_StateLastSeen] ON chokaq.[Workers] ([State], [LastSeenUtc])
+GO
 INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (1, 'initial', SYSUTCDATETIME())
 GO
 INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (2, 'drop IX_JobsHot_Worker', SYSUTCDATETIME())
@@ -187,6 +206,8 @@ GO
 INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (5, 'Schedules (recurring jobs)', SYSUTCDATETIME())
 GO
 INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (6, 'Attempts on JobsHot, JobsArchive and JobsDLQ (the attempt history)', SYSUTCDATETIME())
+GO
+INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (7, 'Workers (worker presence), IX_JobsDLQ_ZombieWorker', SYSUTCDATETIME())
 GO
 INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (8, 'CircuitBreakers (a breaker per job type)', SYSUTCDATETIME())
 GO

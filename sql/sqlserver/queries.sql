@@ -175,6 +175,32 @@ SET NOCOUNT OFF;
 SELECT [Id], [Queue] FROM @moved
 GO
 
+-- name: worker_presence
+-- the worker's row in Workers, live, each heartbeat tick (insert or update, one statement)
+MERGE INTO chokaq.[Workers] WITH (HOLDLOCK) AS t
+USING (SELECT :worker_id AS [WorkerId], :worker_host AS [Host], :worker_pid AS [Pid], :worker_version AS [Version], :worker_queues AS [Queues], :worker_concurrency AS [Concurrency], :worker_running AS [Running], SYSUTCDATETIME() AS [StartedAtUtc], SYSUTCDATETIME() AS [LastSeenUtc], 'live' AS [State], CAST(NULL AS DATETIME2(7)) AS [StoppedAtUtc]) AS s
+ON t.[WorkerId] = s.[WorkerId]
+WHEN MATCHED THEN UPDATE SET [Host] = s.[Host], [Pid] = s.[Pid], [Version] = s.[Version], [Queues] = s.[Queues], [Concurrency] = s.[Concurrency], [Running] = s.[Running], [LastSeenUtc] = s.[LastSeenUtc], [State] = s.[State], [StoppedAtUtc] = s.[StoppedAtUtc]
+WHEN NOT MATCHED THEN INSERT ([WorkerId], [Host], [Pid], [Version], [Queues], [Concurrency], [Running], [StartedAtUtc], [LastSeenUtc], [State], [StoppedAtUtc]) VALUES (s.[WorkerId], s.[Host], s.[Pid], s.[Version], s.[Queues], s.[Concurrency], s.[Running], s.[StartedAtUtc], s.[LastSeenUtc], s.[State], s.[StoppedAtUtc]);
+GO
+
+-- name: worker_stopped
+-- the worker's row marked stopped at a clean exit
+UPDATE chokaq.[Workers] SET [Running]=0, [LastSeenUtc]=SYSUTCDATETIME(), [State]='stopped', [StoppedAtUtc]=SYSUTCDATETIME() WHERE chokaq.[Workers].[WorkerId] = :worker_id AND chokaq.[Workers].[Host] = :worker_host AND chokaq.[Workers].[Pid] = :worker_pid
+GO
+
+-- name: sweep_workers_lost
+-- sweep: live workers silent past Recovery.ProcessingZombieTimeout -> lost
+UPDATE chokaq.[Workers] SET [State]='lost', [StoppedAtUtc]=SYSUTCDATETIME() WHERE chokaq.[Workers].[State] = 'live' AND chokaq.[Workers].[LastSeenUtc] < DATEADD(SECOND, CAST(FLOOR(CAST(:param_1 AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:param_1 AS FLOAT)) - FLOOR(CAST(:param_1 AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME()))
+GO
+
+-- name: sweep_workers_prune
+-- sweep: stopped or lost workers past Recovery.WorkerRetention deleted, 1000 per transaction
+DELETE FROM chokaq.[Workers] WHERE chokaq.[Workers].[WorkerId] IN (SELECT TOP 1000 chokaq.[Workers].[WorkerId]
+FROM chokaq.[Workers]
+WHERE chokaq.[Workers].[State] IN ('stopped', 'lost') AND chokaq.[Workers].[StoppedAtUtc] < DATEADD(SECOND, CAST(FLOOR(CAST(:param_2 AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:param_2 AS FLOAT)) - FLOOR(CAST(:param_2 AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME())) ORDER BY chokaq.[Workers].[StoppedAtUtc]) AND chokaq.[Workers].[State] IN ('stopped', 'lost') AND chokaq.[Workers].[StoppedAtUtc] < DATEADD(SECOND, CAST(FLOOR(CAST(:param_2 AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:param_2 AS FLOAT)) - FLOOR(CAST(:param_2 AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME()))
+GO
+
 -- name: schedules_due
 -- schedules: the names of the rows due now (every Schedules.PollInterval, no lock)
 SELECT chokaq.[Schedules].[Name]

@@ -15,8 +15,9 @@ from chokaq import ChokaQ
 from chokaq.api import create_api
 from chokaq.domain.breakers import BreakerPolicy
 from chokaq.domain.schedules import ScheduleSpec
+from chokaq.domain.workers import WorkerIdentity
 from chokaq.operations.job_out import JobOut
-from chokaq.storage import BreakerStore, ScheduleStore
+from chokaq.storage import BreakerStore, ScheduleStore, WorkerPresence
 from tests.api.helpers import HEADERS, enqueue, make_app, make_dead
 
 ROLES = ["anonymous", "viewer", "operator", "admin"]
@@ -51,6 +52,8 @@ ROUTES: list[tuple[str, str, str, Any, str, int]] = [
     ("purge_dry", "POST", "/api/dlq/purge", {"filter": {"queue": "default"}, "dry_run": True}, "admin", 200),
     ("archive_purge", "POST", "/api/archive/purge", {"older_than": "2000-01-01T00:00:00Z"}, "admin", 200),
     ("audit", "GET", "/api/audit", None, "viewer", 200),
+    ("workers", "GET", "/api/workers", None, "viewer", 200),
+    ("worker_show", "GET", "/api/workers/w-1", None, "viewer", 200),
     ("schedules", "GET", "/api/schedules", None, "viewer", 200),
     ("schedule_pause", "POST", "/api/schedules/default/pause", None, "operator", 200),
     ("schedule_resume", "POST", "/api/schedules/default/resume", None, "operator", 200),
@@ -90,6 +93,7 @@ def env(sqlite_url: str) -> Iterator[tuple[ChokaQ, TestClient, dict[str, str]]]:
     ids = {"P": enqueue(app.storage), "D": make_dead(app.storage, 1)[0]}
     ScheduleStore(app.storage).sync([ScheduleSpec("default", "0 3 * * *", "t", queue="default")])
     BreakerStore(app.storage).record_failure("t", BreakerPolicy(failure_threshold=1), "w")  # open
+    WorkerPresence(app.storage, WorkerIdentity("w-1", "h", 1, "0.1.0", None, 1)).record(0, starting=True)
     with TestClient(create_api(app)) as client:
         yield app, client, ids
     app.close()
@@ -157,7 +161,7 @@ def test_every_mutating_route_is_in_the_matrix() -> None:
     for path, ops in paths.items():
         for method in ops:
             m = method.upper()
-            pattern = path.replace("{name}", "default").replace("{job_type}", "t")
+            pattern = path.replace("{name}", "default").replace("{job_type}", "t").replace("{worker_id}", "w-1")
             candidates = {(m, pattern.replace("{job_id}", x)) for x in ("{P}", "{D}")}
             assert candidates & declared, (m, path)
     assert {r[0] for r in ROUTES} >= MUTATING

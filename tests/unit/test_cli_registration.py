@@ -21,6 +21,7 @@ EVERY_SUBCOMMAND = {
     "stats",
     "sweep",
     "worker",
+    "workers",
 }
 
 

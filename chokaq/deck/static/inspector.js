@@ -47,6 +47,14 @@ function attemptsSection(job) {
       { testid: "insp-attempt-table" })));
 }
 
+// A worker id as a link to its row on the Workers page (its state, and what it holds or left behind).
+function workerLink(id) {
+  if (!id) return "–";
+  const href = `#/workers/${encodeURIComponent(id)}`;
+  const go = (ev) => { ev.preventDefault(); closeInspector(); location.hash = href; };
+  return h("a", { href, testid: "insp-worker-link", onclick: go }, id);
+}
+
 export async function openInspector(id, hint) {
   const panel = $('[data-testid="inspector"]');
   state.insp = { id, hint, job: null, dirty: false, errors: [], message: null, audit: null, opener: document.activeElement };
@@ -144,7 +152,7 @@ function renderInspector(replaceEditor) {
     field("Attempts", num(job.attempt_count), "insp-attempts"),
     job.location === "dlq" ? field("Failed at", fmtTime(job.failed_at_utc), "insp-failed-at") : null,
     job.location === "archive" ? field("Finished", `${fmtTime(job.finished_at_utc)} (${fmtMs(job.duration_ms)})`, "insp-finished") : null,
-    field("Worker id", job.worker_id || "–", "insp-worker", "mono"),
+    field("Worker id", workerLink(job.worker_id), "insp-worker", "mono"),
     field("Heartbeat", fmtTime(job.heartbeat_utc), "insp-heartbeat"),
     job.priority !== null && job.priority !== undefined ? field("Priority", num(job.priority), "insp-prio") : null,
     field("Scheduled", fmtTime(job.scheduled_at_utc), "insp-scheduled"),
@@ -232,7 +240,7 @@ function renderInspector(replaceEditor) {
       field("Silent for", z.silent_seconds === null ? "–"
         : `${fmtDuration(z.silent_seconds)} (timeout ${fmtDuration(z.timeout_seconds)}, ` +
           `${z.timeout_source === "queue" ? "the queue's override" : "the default"})`, "insp-z-silent"),
-      field("Held by worker", z.worker_id || "–", "insp-z-worker", "mono"),
+      field("Held by worker", workerLink(z.worker_id), "insp-z-worker", "mono"),
       field("Handler idempotent", z.handler_idempotent === null ? "unknown (no handler for this type here)"
         : z.handler_idempotent ? (z.handler_retries_zombies ? "yes; its zombies are retried, not dead-lettered"
           : "yes (it did not ask for zombie retries)") : "no: resurrecting may run it twice", "insp-z-idempotent"))) : null;

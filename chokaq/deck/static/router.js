@@ -8,13 +8,15 @@ import { loadList } from "./views/lists.js";
 import { loadOverview } from "./views/overview.js";
 import { loadQueues } from "./views/queues.js";
 import { loadSchedules } from "./views/schedules.js";
+import { loadWorkers } from "./views/workers.js";
 
-const VIEWS = ["overview", "queues", "schedules", "breakers", "hot", "archive", "dlq", "audit"];
+const VIEWS = ["overview", "queues", "schedules", "breakers", "workers", "hot", "archive", "dlq", "audit"];
 
 export function route() {
   const parts = location.hash.replace(/^#\/?/, "").split(/[?]/)[0].split("/");
   const name = parts[0] || "overview";
   state.queueFocus = name === "queues" && parts[1] ? decodeURIComponent(parts.slice(1).join("/")) : null;
+  state.workerFocus = name === "workers" && parts[1] ? decodeURIComponent(parts.slice(1).join("/")) : null;
   showView(VIEWS.includes(name) ? name : "overview");
 }
 
@@ -35,6 +37,7 @@ export async function refreshView() {
   if (v === "queues") return loadQueues();
   if (v === "schedules") return loadSchedules();
   if (v === "breakers") return loadBreakers();
+  if (v === "workers") return loadWorkers();
   if (v === "hot" || v === "archive" || v === "dlq") return loadList(v);
   if (v === "audit") return loadAudit();
   return undefined;

@@ -12,6 +12,8 @@ export const state = {
   queues: [],
   schedulesSig: "",
   breakersSig: "",
+  workersSig: "",
+  workerFocus: null, // the worker whose jobs #/workers/ID shows
   lists: {},
   audit: { filters: {}, page: 1, page_size: null, data: null }, // page_size: /api/meta's default
   insp: null, // {id, job, schema, audit, dirty, errors}

@@ -10,7 +10,7 @@ does otherwise.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -140,6 +140,12 @@ class Profile:
         """A multi-row INSERT as this driver sends its parameters typed."""
         return stmt
 
+    def upsert_statement(self, table: Table, values: Mapping[str, Any], keep: Collection[str] = ()) -> Any:
+        """One statement: insert ``values`` as a row of ``table``, or, where a row with its primary
+        key exists, set that row's columns to them, all but ``keep`` (and the key). Atomic against a
+        concurrent writer of the same key: no window between a miss and the insert."""
+        raise NotImplementedError
+
     def notify(self, conn: Connection, queue: str) -> None:
         """Inside a transaction storing new work on ``queue``: wake other processes at commit."""
 
@@ -194,3 +200,12 @@ def nullable_column(conn: Connection, table: Table, column: Column[Any]) -> tupl
     prep = conn.dialect.identifier_preparer
     definition = f"{prep.quote(column.name)} {column.type.compile(conn.dialect)} NULL"
     return f"{prep.quote_schema(SCHEMA)}.{prep.quote(table.name)}", definition
+
+
+def on_conflict_upsert(insert_fn: Any, table: Table, values: Mapping[str, Any], keep: Collection[str]) -> Any:
+    """``INSERT ... ON CONFLICT (key) DO UPDATE SET c = excluded.c``: PostgreSQL's and SQLite's upsert
+    (their dialects' ``insert`` share the form)."""
+    stmt = insert_fn(table).values(dict(values))
+    key = [c.name for c in table.primary_key]
+    sets = {name: stmt.excluded[name] for name in values if name not in keep and name not in key}
+    return stmt.on_conflict_do_update(index_elements=key, set_=sets)

@@ -14,16 +14,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import Connection, Engine, create_engine, func, select, text
+from sqlalchemy import Connection, Engine, Table, create_engine, func, select, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.schema import CreateSchema
 
-from chokaq.storage.dialects.base import EngineOptions, Profile
+from chokaq.storage.dialects.base import EngineOptions, Profile, on_conflict_upsert
 from chokaq.storage.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -102,6 +102,9 @@ class PostgresProfile(Profile):
 
     def alone_move(self, move: MoveStatements) -> Any:
         return move.single
+
+    def upsert_statement(self, table: Table, values: Mapping[str, Any], keep: Collection[str] = ()) -> Any:
+        return on_conflict_upsert(postgresql.insert, table, values, keep)
 
     def notify(self, conn: Connection, queue: str) -> None:
         # Delivered to listening workers when (and only if) the transaction commits.

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from sqlalchemy import Column, Connection, Engine, Table, create_engine, event, inspect, text
@@ -20,7 +21,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.pool import NullPool
 
-from chokaq.storage.dialects.base import EngineOptions, Profile, nullable_column
+from chokaq.storage.dialects.base import EngineOptions, Profile, nullable_column, on_conflict_upsert
 from chokaq.storage.schema import SCHEMA
 
 
@@ -48,6 +49,9 @@ class SqliteProfile(Profile):
     def bind(self, conn: Connection) -> Connection:
         conn.execution_options(schema_translate_map={SCHEMA: None})
         return conn
+
+    def upsert_statement(self, table: Table, values: Mapping[str, Any], keep: Collection[str] = ()) -> Any:
+        return on_conflict_upsert(sqlite.insert, table, values, keep)
 
     def add_column(self, conn: Connection, table: Table, column: Column[Any]) -> None:
         if column.name in {c["name"] for c in inspect(conn).get_columns(table.name)}:

@@ -11,7 +11,7 @@ and list parameters compile through ``@compiles(..., "mssql")`` in ``sqlfuncs.py
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -90,6 +90,11 @@ class SqlServerProfile(Profile):
 
     def alone_move(self, move: MoveStatements) -> Any:
         return move.batch
+
+    def upsert_statement(self, table: Table, values: Mapping[str, Any], keep: Collection[str] = ()) -> Any:
+        from chokaq.storage.dialects.sqlserver_merge import Merge
+
+        return Merge(table, values, keep)
 
     def typed_insert_many(self, stmt: Any, id_column: Column[Any]) -> Any:
         # RETURNING makes SQLAlchemy send multi-row VALUES batches (at most 2,099 parameters
