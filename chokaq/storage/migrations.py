@@ -57,6 +57,15 @@ def _v6_attempt_history(conn: Connection) -> None:
         profile.add_column(conn, table, table.c.Attempts)
 
 
+def _v9_job_logs(conn: Connection) -> None:
+    # What a handler logged and how far it got travel with the job as its history does (step 6):
+    # nullable columns on the three job tables, added if missing.
+    profile = profile_of(conn.dialect)
+    for table in (jobs_hot, jobs_archive, jobs_dlq):
+        profile.add_column(conn, table, table.c.Logs)
+        profile.add_column(conn, table, table.c.Progress)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial", _v1_initial),
     (2, "drop IX_JobsHot_Worker", _v2_drop_worker_index),
@@ -64,6 +73,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (4, "JobsArchive.ScheduledAtUtc (queue wait from the due time)", _v4_archive_due_time),
     (5, "Schedules (recurring jobs)", _v5_schedules),
     (6, "Attempts on JobsHot, JobsArchive and JobsDLQ (the attempt history)", _v6_attempt_history),
+    (9, "Logs and Progress on JobsHot, JobsArchive and JobsDLQ (job logs)", _v9_job_logs),
 ]
 
 
