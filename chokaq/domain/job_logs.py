@@ -144,7 +144,7 @@ class JobNotes:
                 self._dropped += 1
             self._version_logs += 1
 
-    def set_progress(self, done: float, total: float | None, note: str | None) -> None:
+    def set_progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
         value: dict[str, Any] = {"done": _number(done, "done")}
         if total is not None:
             value["total"] = _number(total, "total")

@@ -97,3 +97,18 @@ def ignore_cancel(payload: dict[str, object], ctx: JobContext) -> None:
     while not os.path.exists(release):
         time.sleep(0.02)
     _record(ctx.job_id, "finished")
+
+
+# Job logs (tests/acceptance/test_job_logs_crash.py): says how far it got, then waits to be killed.
+@app.job("chatty_then_stuck")
+async def chatty_then_stuck(payload: dict[str, object], ctx: JobContext) -> None:
+    import asyncio
+    import logging
+
+    for i in range(5):
+        ctx.log(f"step {i} done", step=i)
+    logging.getLogger("crashapp.chatty").warning("about to wait at %s", "postgres://u:hunter2@db/x")
+    ctx.progress(5, 10, note="half way")
+    _record(ctx.job_id, "start")
+    while not ctx.is_cancelled():
+        await asyncio.sleep(0.05)
