@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 import time
 from collections import deque
@@ -28,11 +29,14 @@ from numbers import Real
 from typing import Any
 
 from chokaq.domain.attempts import bounded_text
+from chokaq.redact import redact
 
 MAX_LINE_CHARS = 2_000  # one message, before escaping
 MAX_FIELD_CHARS = 200  # one field's value
 MAX_FIELDS = 20
 MAX_NOTE_CHARS = 200  # a progress note
+MAX_ENCODED_LINE = 12_000  # one line as stored, escapes included: past it, its message is cut shorter
+_NAME = re.compile(r"\w{1,64}")
 # What a stored value holds besides its lines (attempt, worker id, counters): kept free in the bound.
 _HEAD_RESERVE = 400
 
@@ -50,13 +54,15 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
 
 
-def _field(value: Any) -> Any:
+def _field(key: str, value: Any) -> Any:
     if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     text = value if isinstance(value, str) else _safe_repr(value)
-    return bounded_text(text, MAX_FIELD_CHARS)
+    text = bounded_text(text, MAX_FIELD_CHARS)
+    # A field named like a secret (token=..., password=...) is masked as that text would be.
+    return redact(f"{key}={text}")[len(key) + 1 :] if _NAME.fullmatch(key) else text
 
 
 def _safe_repr(value: Any) -> str:
@@ -68,17 +74,22 @@ def _safe_repr(value: Any) -> str:
 
 def encode_line(level: str, message: str, fields: dict[str, Any] | None, logger: str | None = None) -> str:
     """One line as stored: capped, redacted, escaped."""
-    line: dict[str, Any] = {"t": int(time.time() * 1000), "l": level}
+    line: dict[str, Any] = {"t": int(time.time() * 1000), "l": bounded_text(level, 40)}
     if logger:
         line["n"] = bounded_text(logger, MAX_FIELD_CHARS)
     line["m"] = bounded_text(message, MAX_LINE_CHARS)
     if fields:
         items = list(fields.items())
-        kept = {bounded_text(str(k), 64): _field(v) for k, v in items[:MAX_FIELDS]}
+        kept = {(name := bounded_text(str(k), 64)): _field(name, v) for k, v in items[:MAX_FIELDS]}
         if len(items) > MAX_FIELDS:
             kept["…"] = f"{len(items) - MAX_FIELDS} more fields cut"
         line["f"] = kept
-    return _dumps(line)
+    encoded = _dumps(line)
+    if len(encoded) > MAX_ENCODED_LINE:  # text that escapes many times over (emoji: 12 characters each)
+        line.pop("f", None)
+        line["m"] = bounded_text(message, MAX_LINE_CHARS // 8) + " [line cut: too long once escaped]"
+        encoded = _dumps(line)
+    return encoded
 
 
 @dataclass(frozen=True, slots=True)
