@@ -35,6 +35,7 @@ MAX_LINE_CHARS = 2_000  # one message, before escaping
 MAX_FIELD_CHARS = 200  # one field's value
 MAX_FIELDS = 20
 MAX_NOTE_CHARS = 200  # a progress note
+MAX_PROGRESS_CHARS = 3_900  # a stored Progress (the column holds 4,000)
 MAX_ENCODED_LINE = 12_000  # one line as stored, escapes included: past it, its message is cut shorter
 _NAME = re.compile(r"\w{1,64}")
 # What a stored value holds besides its lines (attempt, worker id, counters): kept free in the bound.
@@ -163,6 +164,9 @@ class JobNotes:
             value["note"] = bounded_text(str(note), MAX_NOTE_CHARS)
         value["t"] = int(time.time() * 1000)
         text = _dumps(value)
+        if len(text) > MAX_PROGRESS_CHARS:  # the column's width (a note of 200 escapes to ~2,800 at most)
+            value.pop("note", None)
+            text = _dumps(value)
         with self._lock:
             self._progress = text
             self._version_progress += 1

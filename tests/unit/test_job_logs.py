@@ -96,6 +96,10 @@ def test_progress_as_stored_and_read_back() -> None:
     _, progress, _ = ctx.notes().unwritten()
     read = parse_progress(progress)
     assert read is not None and read["done"] == 3 and read["total"] == 4.5 and len(read["note"]) < 300
+    # However the note escapes, the stored value fits the Progress column (4,000).
+    ctx.progress(1e300, 1.7976931348623157e308, note="😀\udc80\x01" * 5_000)
+    _, progress, _ = ctx.notes().unwritten()
+    assert progress is not None and len(progress) <= 3_900 and progress.isascii()
 
 
 def test_a_handler_that_logs_nothing_has_no_buffer() -> None:
