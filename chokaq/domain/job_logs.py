@@ -29,7 +29,6 @@ from numbers import Real
 from typing import Any
 
 from chokaq.domain.attempts import bounded_text
-from chokaq.redact import redact
 
 MAX_LINE_CHARS = 2_000  # one message, before escaping
 MAX_FIELD_CHARS = 200  # one field's value
@@ -37,7 +36,8 @@ MAX_FIELDS = 20
 MAX_NOTE_CHARS = 200  # a progress note
 MAX_PROGRESS_CHARS = 3_900  # a stored Progress (the column holds 4,000)
 MAX_ENCODED_LINE = 12_000  # one line as stored, escapes included: past it, its message is cut shorter
-_NAME = re.compile(r"\w{1,64}")
+_NAME = re.compile(r"\w{1,64}")  # a field's name: nothing to redact or escape
+_DOTTED = re.compile(r"[\w.\-]{1,200}")  # a logger's name, likewise
 # What a stored value holds besides its lines (attempt, worker id, counters): kept free in the bound.
 _HEAD_RESERVE = 400
 
@@ -61,9 +61,15 @@ def _field(key: str, value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     text = value if isinstance(value, str) else _safe_repr(value)
-    text = bounded_text(text, MAX_FIELD_CHARS)
-    # A field named like a secret (token=..., password=...) is masked as that text would be.
-    return redact(f"{key}={text}")[len(key) + 1 :] if _NAME.fullmatch(key) else text
+    if _NAME.fullmatch(key):
+        # Redacted as the text "key=value": a field named like a secret (token, password) is masked.
+        return bounded_text(f"{key}={text}", MAX_FIELD_CHARS + len(key) + 1)[len(key) + 1 :]
+    return bounded_text(text, MAX_FIELD_CHARS)
+
+
+def _plain(text: str, limit: int) -> str:
+    """``text`` as stored: a plain name (a level, a logger, a field) as it is, else capped and redacted."""
+    return text if _NAME.fullmatch(text) or _DOTTED.fullmatch(text) else bounded_text(text, limit)
 
 
 def _safe_repr(value: Any) -> str:
@@ -75,13 +81,13 @@ def _safe_repr(value: Any) -> str:
 
 def encode_line(level: str, message: str, fields: dict[str, Any] | None, logger: str | None = None) -> str:
     """One line as stored: capped, redacted, escaped."""
-    line: dict[str, Any] = {"t": int(time.time() * 1000), "l": bounded_text(level, 40)}
+    line: dict[str, Any] = {"t": int(time.time() * 1000), "l": _plain(level, 40)}
     if logger:
-        line["n"] = bounded_text(logger, MAX_FIELD_CHARS)
+        line["n"] = _plain(logger, MAX_FIELD_CHARS)
     line["m"] = bounded_text(message, MAX_LINE_CHARS)
     if fields:
         items = list(fields.items())
-        kept = {(name := bounded_text(str(k), 64)): _field(name, v) for k, v in items[:MAX_FIELDS]}
+        kept = {(name := _plain(str(k), 64)): _field(name, v) for k, v in items[:MAX_FIELDS]}
         if len(items) > MAX_FIELDS:
             kept["…"] = f"{len(items) - MAX_FIELDS} more fields cut"
         line["f"] = kept
