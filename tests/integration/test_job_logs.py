@@ -140,7 +140,6 @@ class _HeartbeatCount:
 def test_ten_thousand_lines_stay_bounded_and_cost_no_extra_statement(db_url: str, run_worker: Any) -> None:
     app = make_app(db_url)
     limits = app.settings.execution
-    quiet_started = threading.Event()
 
     @app.job("chatty_v1")
     async def chatty(payload: dict[str, Any], ctx: JobContext) -> None:
@@ -155,8 +154,7 @@ def test_ten_thousand_lines_stay_bounded_and_cost_no_extra_statement(db_url: str
 
     @app.job("quiet_v1")
     def quiet(payload: dict[str, Any]) -> None:
-        quiet_started.set()
-        time.sleep(1.5)
+        time.sleep(1.5)  # runs beside the chatty one: its lease rides in the same ticks, with no logs
 
     count = _HeartbeatCount(app)
     quiet_id = app.enqueue("quiet_v1", {})
@@ -215,3 +213,61 @@ def test_logging_records_go_to_the_job_that_emitted_them_with_40_running(db_url:
     for me, job_id in ids.items():
         lines = _out(app, job_id)["logs"]["lines"]
         assert [line["message"] for line in lines] == [f"from {me} line {i}" for i in range(LINES)], me
+
+
+def test_each_write_keeps_what_it_does_not_carry(storage: Any) -> None:
+    """The storage's four writes of a job's notes: a heartbeat sets only the jobs it names (the
+    others keep theirs), and the archive, the DLQ move and the retry carry the rest."""
+    from chokaq.domain.job_logs import Notes
+    from chokaq.domain.models import EnqueueRequest
+    from chokaq.domain.states import FailureReason
+    from chokaq.storage.store import Completion
+
+    ids = storage.enqueue_many([EnqueueRequest(type="t") for _ in range(4)])
+    jobs = {j.id: j for j in storage.fetch("w", 4, start=True)}
+    a, b, c, d = (jobs[i] for i in ids)
+    leases = [j.lease for j in jobs.values()]
+    assert storage.heartbeat("w", leases, {a.id: Notes("A1", "PA1"), b.id: Notes("B1", None)}) == set(ids)
+    assert storage.heartbeat("w", leases, {b.id: Notes(None, "PB2")}) == set(ids)
+    assert storage.heartbeat("w", leases) == set(ids)
+    read = {i: storage.get_job(i) for i in ids}
+    assert [(read[i].logs, read[i].progress) for i in ids] == [("A1", "PA1"), ("B1", "PB2"), (None, None), (None, None)]
+
+    assert storage.complete("w", [Completion(a.lease, 1), Completion(b.lease, 1, Notes("B3", None))]) == {a.id, b.id}
+    assert storage.fail(c.lease, FailureReason.FATAL_ERROR, "boom", None, Notes("C1", "PC1"))
+    assert storage.retry(d.lease, 60, None, Notes("D1", None))
+    read = {i: storage.get_job(i) for i in ids}
+    assert [(read[i].location.value, read[i].logs, read[i].progress) for i in ids] == [
+        ("archive", "A1", "PA1"),
+        ("archive", "B3", "PB2"),
+        ("dlq", "C1", "PC1"),
+        ("hot", "D1", None),
+    ]
+
+
+def test_the_archive_on_the_event_loop_carries_the_notes_too(pg_url: str) -> None:
+    """PostgreSQL's workers archive on their event loop (storage/loop_transport.py)."""
+    from chokaq.domain.job_logs import Notes
+    from chokaq.domain.models import EnqueueRequest
+    from chokaq.storage import Storage
+    from chokaq.storage.store import Completion
+
+    s = Storage(pg_url)
+    s.upgrade()
+    try:
+        (job_id,) = s.enqueue_many([EnqueueRequest(type="t")])
+        (job,) = s.fetch("w", 1, start=True)
+
+        async def archive() -> Any:
+            transport = s.loop_transport()
+            assert transport is not None
+            try:
+                return await s.complete_on_loop(transport, "w", [Completion(job.lease, 3, Notes("L", "P"))])
+            finally:
+                await transport.close()
+
+        assert asyncio.run(archive()) == ({job_id}, [])
+        rec = s.get_job(job_id)
+        assert rec is not None and (rec.location, rec.logs, rec.progress) == (Location.ARCHIVE, "L", "P")
+    finally:
+        s.close()
