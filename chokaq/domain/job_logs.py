@@ -140,7 +140,7 @@ class JobNotes:
         self._limits = limits
         self._budget = max(1_000, limits.max_chars - _HEAD_RESERVE)
         self._attempt = attempt
-        self._worker = bounded_text(worker, 200)
+        self._worker = _plain(worker, 200)
         self._lock = threading.Lock()
         self._lines: deque[str] = deque()
         self._size = 0  # characters of the kept lines, with their separators
