@@ -69,7 +69,8 @@ def _field(key: str, value: Any) -> Any:
 
 def _plain(text: str, limit: int) -> str:
     """``text`` as stored: a plain name (a level, a logger, a field) as it is, else capped and redacted."""
-    return text if _NAME.fullmatch(text) or _DOTTED.fullmatch(text) else bounded_text(text, limit)
+    plain = len(text) <= limit and (_NAME.fullmatch(text) or _DOTTED.fullmatch(text))
+    return text if plain else bounded_text(text, limit)
 
 
 def _safe_repr(value: Any) -> str:
