@@ -461,13 +461,29 @@ def noop_app(url: str, n: int, concurrency: int, batch: int) -> tuple[Any, dict[
     app = make_app(url, concurrency, batch)
     state: dict[str, Any] = {"seen": 0, "first": 0.0, "done": threading.Event()}
 
-    @app.job("noop")
-    async def noop(payload: Any) -> None:
+    # CHOKAQ_BENCH_LOG_LINES=k: each job logs k lines with ctx.log (docs/job-logs.md), written
+    # with the heartbeat and the archive; unset or 0: the plain no-op, which takes no context.
+    lines = int(os.environ.get("CHOKAQ_BENCH_LOG_LINES", "0") or 0)
+
+    def seen() -> None:
         if not state["seen"]:
             state["first"] = time.perf_counter()
         state["seen"] += 1
         if state["seen"] >= n:
             state["done"].set()
+
+    if lines:
+
+        @app.job("noop")
+        async def noop_logging(payload: Any, ctx: Any) -> None:
+            for i in range(lines):
+                ctx.log("processed", item=i)
+            seen()
+    else:
+
+        @app.job("noop")
+        async def noop(payload: Any) -> None:
+            seen()
 
     # CHOKAQ_BENCH_IDLE_SCHEDULES=N: N schedules that never fall due during a round (the worker
     # still polls for due ones), to show what defining schedules costs the hot path. A checkout

@@ -33,8 +33,10 @@ def _env_tokens() -> list[str]:
 
 
 def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
-    out = _URL_PASSWORD.sub(lambda m: m.group("head") + MASK + "@", text)
-    out = _KEY_VALUE.sub(lambda m: m.group("key") + MASK, out)
+    # Each pattern only where it can match (a URL has "://", a pair "="): job log lines pass here
+    # one by one, and most have neither.
+    out = _URL_PASSWORD.sub(lambda m: m.group("head") + MASK + "@", text) if "://" in text else text
+    out = _KEY_VALUE.sub(lambda m: m.group("key") + MASK, out) if "=" in out else out
     for secret in sorted({*secrets, *_env_tokens()}, key=len, reverse=True):
         if secret:
             out = out.replace(secret, MASK)

@@ -61,6 +61,20 @@ class ExecutionSettings(BaseModel):
     fetch_batch_size: int = Field(default=20, ge=1, le=1000)
     shutdown_grace: float = Field(default=30.0, ge=0)
     circuit_breaker: CircuitBreakerSettings = Field(default_factory=CircuitBreakerSettings)
+    job_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
+        default="INFO",
+        description="Execution.JobLogLevel: the least level of a `logging` record emitted inside a handler that is "
+        "kept with its job (docs/job-logs.md)",
+    )
+    job_log_max_lines: int = Field(
+        default=1_000, ge=10, le=100_000, description="Execution.JobLogMaxLines: log lines kept per job (oldest go)"
+    )
+    job_log_max_chars: int = Field(
+        default=64_000,
+        ge=8_000,
+        le=10_000_000,
+        description="Execution.JobLogMaxChars: characters a job's stored logs hold at most (oldest lines go)",
+    )
     health_file: str | None = Field(
         default=None,
         description="Execution.HealthFile: where a worker keeps its health for `chokaq health` (the container "

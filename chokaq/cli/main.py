@@ -10,7 +10,7 @@ import threading
 import click
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from chokaq.cli import admin_cmds, breaker_cmds, dev, job_cmds, schedule_cmds, worker_cmds
+from chokaq.cli import admin_cmds, breaker_cmds, dev, job_cmds, logs_text, schedule_cmds, worker_cmds
 from chokaq.cli.common import Ctx, app_option, friendly_errors, one_line, pass_ctx
 from chokaq.domain.errors import ConfigurationError
 from chokaq.domain.payload import parse_payload_text
@@ -221,16 +221,21 @@ def job() -> None:
 
 @job.command("show")
 @click.argument("job_id")
+@click.option("--logs", "as_text", is_flag=True, help="Print its attempts, progress and log lines as text instead.")
 @app_option
 @pass_ctx
 @friendly_errors
-def job_show(c: Ctx, job_id: str) -> None:
-    """Print the job as JSON (hot, archive or DLQ)."""
+def job_show(c: Ctx, job_id: str, as_text: bool) -> None:
+    """Print the job as JSON (hot, archive or DLQ), with its attempts, logs and progress."""
     record = c.app.storage.get_job(job_id)
     if record is None:
         click.echo(f"error: no job {job_id!r} in hot, archive or DLQ", err=True)
         sys.exit(1)
-    click.echo(json.dumps(JobOut.from_record(record).model_dump(), indent=2))
+    out = JobOut.from_record(record)
+    if as_text:
+        click.echo("\n".join(logs_text.render(out)))
+        return
+    click.echo(json.dumps(out.model_dump(), indent=2))
 
 
 @job.command("cancel")

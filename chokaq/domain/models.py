@@ -109,6 +109,8 @@ class JobRecord:
     failed_at_utc: datetime | None = None
     zombie_retry: bool = False
     attempts: str | None = None  # the attempt history as stored (JSON text; chokaq.domain.attempts)
+    logs: str | None = None  # the handler's log lines as stored (JSON text; chokaq.domain.job_logs)
+    progress: str | None = None  # its progress as stored (JSON text), as the heartbeat last wrote it
 
     @property
     def lease(self) -> Lease:

@@ -11,6 +11,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, Field
 
 from chokaq.domain.attempts import timeline
+from chokaq.domain.job_logs import parse_logs, parse_progress
 from chokaq.domain.models import JobRecord
 from chokaq.domain.payload import readable
 from chokaq.domain.states import Location
@@ -62,6 +63,45 @@ def attempts_of(rec: JobRecord) -> list[AttemptOut]:
     return out
 
 
+class LogLineOut(BaseModel):
+    """One line a handler logged (``ctx.log`` or a captured ``logging`` record)."""
+
+    at_ms: int | None = Field(default=None, description="when, in epoch milliseconds")
+    level: str
+    logger: str | None = Field(default=None, description="the logger's name, for a captured logging record")
+    message: str
+    fields: dict[str, Any] | None = Field(default=None, description="ctx.log's keyword fields")
+
+
+class JobLogsOut(BaseModel):
+    """What the handler of the job's latest attempt that logged said, oldest first (bounded)."""
+
+    attempt: int | None = None
+    worker: str | None = None
+    dropped: int = Field(default=0, description="older lines dropped to keep the logs bounded")
+    lines: list[LogLineOut]
+
+
+class ProgressOut(BaseModel):
+    done: float
+    total: float | None = None
+    note: str | None = None
+    at_ms: int | None = Field(default=None, description="when the handler reported it, in epoch milliseconds")
+
+
+def logs_of(rec: JobRecord) -> JobLogsOut | None:
+    value = parse_logs(rec.logs)
+    try:
+        return JobLogsOut.model_validate(value) if value is not None else None
+    except ValueError:  # evidence, never a reason for a read to fail
+        return None
+
+
+def progress_of(rec: JobRecord) -> ProgressOut | None:
+    value = parse_progress(rec.progress)
+    return ProgressOut.model_validate(value) if value is not None else None
+
+
 class JobOut(BaseModel):
     """A job wherever it is (hot, archive or DLQ); fields a table lacks are null."""
 
@@ -99,6 +139,12 @@ class JobOut(BaseModel):
         description="every attempt that did not succeed, and resurrects, oldest first (a job's own read; "
         "null in lists)",
     )
+    logs: JobLogsOut | None = Field(
+        default=None, description="what the handler logged (a job's own read; null in lists and when it logged nothing)"
+    )
+    progress: ProgressOut | None = Field(
+        default=None, description="how far the handler said it got (a job's own read; null in lists)"
+    )
 
     @classmethod
     def from_record(cls, rec: JobRecord, *, history: bool = True, **extra: Any) -> Self:
@@ -132,5 +178,7 @@ class JobOut(BaseModel):
             created_by=rec.created_by,
             last_modified_by=rec.last_modified_by,
             attempts=attempts_of(rec) if history else None,
+            logs=logs_of(rec) if history else None,
+            progress=progress_of(rec) if history else None,
             **extra,
         )

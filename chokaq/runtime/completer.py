@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from chokaq.domain.backoff import backoff
+from chokaq.domain.job_logs import Notes
 from chokaq.domain.models import Lease
 from chokaq.domain.states import FailureReason
 from chokaq.runtime.breakers import BreakerGuard
@@ -35,8 +36,10 @@ class Finishing(Protocol):
     """Where outcomes are written (the worker's :class:`~chokaq.storage.WorkerStore`)."""
 
     async def complete(self, done: Sequence[Completion]) -> set[str]: ...
-    async def fail(self, lease: Lease, reason: FailureReason, details: str | None, attempts: str) -> bool: ...
-    async def retry(self, lease: Lease, delay: float, attempts: str) -> bool: ...
+    async def fail(
+        self, lease: Lease, reason: FailureReason, details: str | None, attempts: str, notes: Notes | None = None
+    ) -> bool: ...
+    async def retry(self, lease: Lease, delay: float, attempts: str, notes: Notes | None = None) -> bool: ...
     async def reschedule(self, leases: Sequence[Lease]) -> list[str]: ...
 
 
@@ -130,7 +133,7 @@ class Completer:
 
     async def _record_successes(self, successes: list[Outcome]) -> None:
         ins = instruments()
-        completions = [Completion(o.lease, o.duration_ms) for o in successes]
+        completions = [Completion(o.lease, o.duration_ms, o.unwritten_notes()) for o in successes]
         done = await self.store.complete(completions)
         archived: Counter[tuple[str, str]] = Counter()
         archived_events: list[dict[str, Any]] = []  # the bus's event data (id, queue, type)
@@ -151,7 +154,7 @@ class Completer:
         attrs = {"queue": o.record.queue, "type": o.record.type}
         if o.kind == "fail":
             assert o.reason is not None
-            ok = await self.store.fail(o.lease, o.reason, o.details, o.history())
+            ok = await self.store.fail(o.lease, o.reason, o.details, o.history(), o.unwritten_notes())
             if ok:
                 self.counts.failed += 1
                 ins.dlq.add(1, {**attrs, "reason": o.reason.label})
@@ -161,7 +164,7 @@ class Completer:
             else:
                 self.owner.conflict("fail", 1)
         elif o.kind == "retry":
-            ok = await self.store.retry(o.lease, o.delay, o.history())
+            ok = await self.store.retry(o.lease, o.delay, o.history(), o.unwritten_notes())
             if ok:
                 self.counts.retried += 1
                 ins.retried.add(1, {**attrs, "attempt": o.record.attempt_count})

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from chokaq.domain.job_logs import LogLimits
 from chokaq.domain.models import JobRecord, Lease
 from chokaq.domain.states import FailureReason
 from chokaq.runtime import outcomes
@@ -22,6 +23,7 @@ from chokaq.runtime.completer import Completer
 from chokaq.runtime.deadlines import Deadlines
 from chokaq.runtime.handlers import CANCEL_OPERATOR, CANCEL_SHUTDOWN, Handler
 from chokaq.runtime.heartbeat import Heartbeat
+from chokaq.runtime.job_log_capture import CURRENT_JOB, install
 from chokaq.runtime.outcomes import Outcome
 from chokaq.runtime.running import Running
 from chokaq.runtime.slots import Slots
@@ -61,6 +63,10 @@ class Execution:
         # Plain handlers get their own threads so they can never starve heartbeats or DB calls.
         self._job_pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="chokaq-job")
         self._metric_attributes: dict[tuple[str, str], dict[str, str]] = {}
+        install()  # logging records emitted inside handlers go to their jobs (job_log_capture.py)
+        ex = settings.execution
+        # One for every job of this worker: a job's context refers to it, and copies nothing.
+        self.log_limits = LogLimits(logging.getLevelName(ex.job_log_level), ex.job_log_max_lines, ex.job_log_max_chars)
 
     def close(self) -> None:
         """Let the handlers' threads go (a handler still running ends on its own)."""
@@ -94,6 +100,7 @@ class Execution:
             outcome = await self._run_handler(run, handler, None)
         outcome.duration_ms = int((time.perf_counter() - t0) * 1000)
         outcome.ended = time.time()
+        outcome.notes = run.ctx._notes  # what the handler logged, if anything: written with the outcome
         instruments().processing_duration.record(outcome.duration_ms, self.attributes(rec))
         self.deadlines.ended(run)
         self.slots.handler_ended(rec.id)
@@ -127,12 +134,17 @@ class Execution:
             payload = handler.parse_payload(rec.payload)
             args: tuple[object, ...] = (payload, run.ctx) if handler.wants_ctx else (payload,)
             # Its deadline (deadlines.py) cancels the task; a thread cannot be killed, so
-            # cooperative plain handlers see ctx.cancelled and stop.
-            if handler.is_async:
-                await handler.fn(*args)
-            else:
-                run.thread = self._job_pool.submit(contextvars.copy_context().run, handler.fn, *args)
-                await asyncio.wrap_future(run.thread)
+            # cooperative plain handlers see ctx.cancelled and stop. The job is current only around
+            # the handler's call: records logged there (and in its thread) are kept with it.
+            token = CURRENT_JOB.set(run.ctx)
+            try:
+                if handler.is_async:
+                    await handler.fn(*args)
+                else:
+                    run.thread = self._job_pool.submit(contextvars.copy_context().run, handler.fn, *args)
+                    await asyncio.wrap_future(run.thread)
+            finally:
+                CURRENT_JOB.reset(token)
             return outcomes.succeeded(rec, run.lease)
         except _Rejected as exc:
             return outcomes.rejected(rec, run.lease, str(exc))

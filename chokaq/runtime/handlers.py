@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel
 
 from chokaq.domain.breakers import BreakerPolicy
+from chokaq.domain.job_logs import JobNotes, LogLimits, encode_line
 
 _CANCEL_LOCK = threading.Lock()
 
@@ -41,6 +42,28 @@ class JobContext:
     _flag: bool = field(default=False, repr=False)
     # Made on first use: most jobs never look, and an Event per job is a lock and a condition.
     _event: threading.Event | None = field(default=None, repr=False)
+    # The worker's bounds for job logs (shared); the job's buffer is made on its first line.
+    _log_limits: LogLimits | None = field(default=None, repr=False)
+    _notes: JobNotes | None = field(default=None, repr=False)
+
+    def log(self, message: str, **fields: Any) -> None:
+        """Keep a line with the job (and ``fields``, shown beside it): written with the worker's next
+        heartbeat and when the attempt ends. Bounded: the oldest lines go first (docs/job-logs.md)."""
+        self.notes().add(encode_line("INFO", str(message), fields))
+
+    def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
+        """How far the job has got (``done`` of ``total``, numbers >= 0), shown as a progress bar."""
+        self.notes().set_progress(done, total, note)
+
+    def notes(self) -> JobNotes:
+        """The job's log and progress buffer, made on first use."""
+        notes = self._notes
+        if notes is None:
+            with _CANCEL_LOCK:
+                notes = self._notes
+                if notes is None:
+                    notes = self._notes = JobNotes(self._log_limits or LogLimits(), self.attempt, self.worker_id)
+        return notes
 
     @property
     def cancelled(self) -> threading.Event:

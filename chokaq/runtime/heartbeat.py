@@ -18,6 +18,7 @@ import random
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
+from chokaq.domain.job_logs import JobNotes, Notes
 from chokaq.domain.models import Lease
 from chokaq.runtime.handlers import CANCEL_HEARTBEAT, CANCEL_LOST, CANCEL_OPERATOR
 from chokaq.runtime.outage import Outage
@@ -32,8 +33,8 @@ log = logging.getLogger("chokaq.worker")
 class LeaseStore(Protocol):
     """Where the leases are renewed (the worker's :class:`~chokaq.storage.WorkerStore`)."""
 
-    async def heartbeat(self, leases: Sequence[Lease]) -> Collection[str]:
-        """Refresh ``leases``; the ids still ours."""
+    async def heartbeat(self, leases: Sequence[Lease], notes: Mapping[str, Notes] | None = None) -> Collection[str]:
+        """Refresh ``leases`` (writing the new ``notes`` of jobs that have any); the ids still ours."""
         ...
 
     async def cancelled_runs(self, leases: Sequence[Lease]) -> Collection[str]:
@@ -106,8 +107,11 @@ class Heartbeat:
         unsure = self._runs.unsure_leases()
         if not runs and not unsure:
             return
+        # What handlers logged since the last tick rides on the same statement (chokaq.domain.job_logs).
+        notes, marks = _unwritten(runs)
         try:
-            alive = await self._store.heartbeat([r.lease for r in runs] + unsure)
+            leases = [r.lease for r in runs] + unsure
+            alive = await (self._store.heartbeat(leases, notes) if notes else self._store.heartbeat(leases))
         except Exception as exc:
             self.outage.failed("heartbeat", exc)
             if not runs:
@@ -129,6 +133,8 @@ class Heartbeat:
             return
         self.failures = 0
         self.outage.succeeded()
+        for job_notes, mark in marks:
+            job_notes.written(mark)
         # Only handlers still running: a finished job's row may be gone because its outcome
         # committed unheard; the finaliser's replay tells that apart from a real loss.
         executing = self._runs.executing
@@ -164,3 +170,19 @@ class Heartbeat:
         if job_id in self._runs.executing and not run.ctx.is_cancelled():
             log.info("job %s cancelled by an operator: stopping its handler", job_id)
             run.cancel(CANCEL_OPERATOR)
+
+
+def _unwritten(runs: Sequence[Running]) -> tuple[dict[str, Notes], list[tuple[JobNotes, tuple[int, int]]]]:
+    """The new logs and progress of the running jobs that have any, and the marks that say so once
+    written. Jobs that never logged have no buffer: a look at one attribute each."""
+    notes: dict[str, Notes] = {}
+    marks: list[tuple[JobNotes, tuple[int, int]]] = []
+    for r in runs:
+        job_notes = r.ctx._notes
+        if job_notes is None:
+            continue
+        logs, progress, mark = job_notes.unwritten()
+        if logs is not None or progress is not None:
+            notes[r.lease.job_id] = Notes(logs, progress)
+            marks.append((job_notes, mark))
+    return notes, marks

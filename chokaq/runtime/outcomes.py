@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from chokaq.domain.attempts import DEAD_LETTERED, RETRIED, ErrorParts, appended, failed_attempt
+from chokaq.domain.job_logs import JobNotes, Notes
 from chokaq.domain.models import JobRecord, Lease
 from chokaq.domain.states import FailureReason
 from chokaq.runtime.handlers import (
@@ -55,6 +56,15 @@ class Outcome:
     delay: float = 0.0
     error: ErrorParts | None = None  # why the attempt failed, for its entry in the job's history
     ended: float = 0.0  # when the handler ended (epoch seconds)
+    notes: JobNotes | None = None  # the handler's log lines and progress (None: it said nothing)
+
+    def unwritten_notes(self) -> Notes | None:
+        """The logs and progress the job's row lacks (None: it has them all): written by the
+        statement that ends the attempt."""
+        if self.notes is None:
+            return None
+        logs, progress, _ = self.notes.unwritten()
+        return Notes(logs, progress) if logs is not None or progress is not None else None
 
     def history(self) -> str:
         """The job's attempt history with this (failed) attempt added: written by the statement

@@ -14,7 +14,7 @@ from chokaq.domain.errors import JobValidationError
 from chokaq.domain.states import FailureReason, Location
 from chokaq.storage.admin_types import JobFilter, Page
 from chokaq.storage.records import archive_record, dlq_record, hot_record
-from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot
+from chokaq.storage.schema import NOTES_COLUMNS, audit_log, jobs_archive, jobs_dlq, jobs_hot
 from chokaq.storage.sqlfuncs import seconds, utc_offset
 from chokaq.storage.statements import status_is
 from chokaq.storage.store import Storage
@@ -53,6 +53,7 @@ SORTS: dict[Location, dict[str, str]] = {
 }
 DEFAULT_SORT = {Location.HOT: "created", Location.ARCHIVE: "finished", Location.DLQ: "failed"}
 TIME_COLUMN = {Location.HOT: "CreatedAtUtc", Location.ARCHIVE: "FinishedAtUtc", Location.DLQ: "FailedAtUtc"}
+LIST_SKIPS = NOTES_COLUMNS | {"Attempts"}
 TABLES: dict[Location, Table] = {Location.HOT: jobs_hot, Location.ARCHIVE: jobs_archive, Location.DLQ: jobs_dlq}
 MAPPERS = {Location.HOT: hot_record, Location.ARCHIVE: archive_record, Location.DLQ: dlq_record}
 
@@ -155,8 +156,9 @@ class JobListing:
         def work(c: Connection) -> Page:
             total = c.execute(select(func.count()).select_from(t).where(*conds)).scalar_one()
             rows = c.execute(
-                # Not the attempt history: a page shows none, and it can be the largest column.
-                select(*(col for col in t.c if col.name != "Attempts"))
+                # Not the attempt history, logs or progress: a page shows none, and they can be the
+                # largest columns.
+                select(*(col for col in t.c if col.name not in LIST_SKIPS))
                 .where(*conds)
                 .order_by(*order)
                 .offset((page - 1) * page_size)

@@ -16,7 +16,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain.models import JobRecord, Lease
 from chokaq.storage.records import hot_record
-from chokaq.storage.schema import jobs_hot
+from chokaq.storage.schema import hot_record_columns, jobs_hot
 from chokaq.storage.statements import PENDING, PROCESSING, status_is
 from chokaq.storage.transactions import Transactions
 
@@ -89,7 +89,7 @@ class LostReplies:
         under ``worker_id`` at the attempt after the lease's."""
         by_id = {lease.job_id: lease for lease in leases}
         hot = jobs_hot.c
-        query = select(jobs_hot).where(
+        query = select(*hot_record_columns).where(
             hot.Id.in_(list(by_id)), status_is(hot.Status, PROCESSING), hot.WorkerId == worker_id
         )
         rows = self.tx.read(lambda c: [hot_record(r) for r in c.execute(query).all()], op="recognise")

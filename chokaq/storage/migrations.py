@@ -80,6 +80,15 @@ def _v7_workers(conn: Connection) -> None:
     zombie_worker_index.create(conn, checkfirst=True)
 
 
+def _v9_job_logs(conn: Connection) -> None:
+    # What a handler logged and how far it got travel with the job as its history does (step 6):
+    # nullable columns on the three job tables, added if missing.
+    profile = profile_of(conn.dialect)
+    for table in (jobs_hot, jobs_archive, jobs_dlq):
+        profile.add_column(conn, table, table.c.Logs)
+        profile.add_column(conn, table, table.c.Progress)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial", _v1_initial),
     (2, "drop IX_JobsHot_Worker", _v2_drop_worker_index),
@@ -89,6 +98,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (6, "Attempts on JobsHot, JobsArchive and JobsDLQ (the attempt history)", _v6_attempt_history),
     (7, "Workers (worker presence), IX_JobsDLQ_ZombieWorker", _v7_workers),
     (8, "CircuitBreakers (a breaker per job type)", _v8_circuit_breakers),
+    (9, "Logs and Progress on JobsHot, JobsArchive and JobsDLQ (job logs)", _v9_job_logs),
 ]
 
 

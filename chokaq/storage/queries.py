@@ -68,12 +68,16 @@ def statements(dialect_name: str) -> list[tuple[str, str, ClauseElement]]:
          st.start_statement(groups, True)),
         ("heartbeat", "stamps HeartbeatUtc on the worker's running jobs (fenced)",
          st.heartbeat_statement(groups)),
+        ("heartbeat_logs", "the same tick when handlers logged: each job's new logs and progress by its id "
+         "(the same one statement; jobs without new lines keep theirs)", st.heartbeat_statement(groups, True, True)),
         ("complete", "Processing -> JobsArchive, and SucceededTotal, in one round trip (fenced)",
          move(st.complete_statements(groups))),
-        ("fail", "Processing -> JobsDLQ with its attempt history, and FailedTotal, in one round trip (fenced)",
-         move(st.fail_statements(groups, True, True))),
-        ("retry", "Processing -> Pending, due after the retry delay, with its attempt history (fenced); "
-         "then counter_bump", st.retry_statement(groups, True)),
+        ("complete_logs", "the same, with the logs and progress the last heartbeat did not write, by job id",
+         move(st.complete_statements(groups, True, True))),
+        ("fail", "Processing -> JobsDLQ with its attempt history, its last logs and progress, and FailedTotal, "
+         "in one round trip (fenced)", move(st.fail_statements(groups, True, True, True, True))),
+        ("retry", "Processing -> Pending, due after the retry delay, with its attempt history, its last logs "
+         "and progress (fenced); then counter_bump", st.retry_statement(groups, True, True, True)),
         ("counter_bump", "adds to one StatsSummary counter of a queue: always after the job rows",
          st.bump_statement(st.RETRIED)),
         ("release", "Fetched -> Pending for leases a stopping worker will not start (fenced)",

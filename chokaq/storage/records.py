@@ -31,6 +31,8 @@ FIELDS = {
     "ErrorDetails": "error_details",
     "FailedAtUtc": "failed_at_utc",
     "Attempts": "attempts",
+    "Logs": "logs",
+    "Progress": "progress",
 }
 CONVERT: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "Status": ("status", JobStatus),

@@ -48,6 +48,8 @@ metadata = MetaData(schema=SCHEMA)
 
 # nvarchar(max) on SQL Server, text elsewhere.
 LongText = UnicodeText().with_variant(mssql.NVARCHAR(None), "mssql")
+# A stored progress (chokaq.domain.job_logs): its note is capped at 200 characters, escaped at most 12x.
+PROGRESS_LEN = 4000
 # datetime2(7) on SQL Server: DATETIME would round to 3.33 ms and break ordering.
 UtcTime = DateTime().with_variant(mssql.DATETIME2(precision=7), "mssql")  # type: ignore[no-untyped-call]
 Flag = Boolean().with_variant(mssql.BIT(), "mssql")
@@ -140,6 +142,9 @@ jobs_hot = Table(
     Column("ZombieRetry", Flag, nullable=False, server_default=false()),
     # The attempt history (JSON text, chokaq.domain.attempts): NULL until an attempt fails.
     Column("Attempts", LongText),
+    # What the handler logged and how far it got (JSON text, chokaq.domain.job_logs): NULL until it says.
+    Column("Logs", LongText),
+    Column("Progress", Unicode(PROGRESS_LEN)),
     info={SEQUENTIAL_KEY: True},
 )
 
@@ -205,6 +210,8 @@ jobs_archive = Table(
     # NULL for jobs archived before migration 4.
     Column("ScheduledAtUtc", UtcTime),
     Column("Attempts", LongText),
+    Column("Logs", LongText),
+    Column("Progress", Unicode(PROGRESS_LEN)),
     info={SEQUENTIAL_KEY: True},
 )
 Index("IX_JobsArchive_FinishedAt", jobs_archive.c.FinishedAtUtc)
@@ -226,6 +233,8 @@ jobs_dlq = Table(
     Column("HeartbeatUtc", UtcTime),
     Column("StartedAtUtc", UtcTime),
     Column("Attempts", LongText),
+    Column("Logs", LongText),
+    Column("Progress", Unicode(PROGRESS_LEN)),
     info={SEQUENTIAL_KEY: True},
 )
 Index("IX_JobsDLQ_FailedAt", jobs_dlq.c.FailedAtUtc, jobs_dlq.c.Id)
@@ -352,3 +361,7 @@ workers = Table(
 )
 # The sweep's two reads: live rows gone silent, and old stopped or lost rows to prune.
 Index("IX_Workers_StateLastSeen", workers.c.State, workers.c.LastSeenUtc)
+# A job's logs and progress: written by the worker, read by a job's own read, never by a claim or
+# a list (they can be the largest columns, and neither needs them).
+NOTES_COLUMNS = frozenset({"Logs", "Progress"})
+hot_record_columns = tuple(col for col in jobs_hot.c if col.name not in NOTES_COLUMNS)

@@ -258,6 +258,43 @@ def _lookup_default(element: lookup_int, compiler: SQLCompiler, **kw: Any) -> No
     raise NotImplementedError(f"lookup_int is not implemented for {compiler.dialect.name}")
 
 
+class lookup_text(FunctionElement[str]):
+    """The text that a ``{key: text}`` mapping, bound as one JSON text parameter, holds for ``key``
+    (a string column), of any length. NULL when the key is missing."""
+
+    type = UnicodeText()
+    inherit_cache = True
+
+    def __init__(self, key: ColumnElement[Any], mapping: BindParameter[Any]) -> None:
+        super().__init__(key, mapping)
+
+
+@compiles(lookup_text, "postgresql")
+def _lookup_text_pg(element: lookup_text, compiler: SQLCompiler, **kw: Any) -> str:
+    key, param, _ = _pair(element, compiler, **kw)
+    return f"((SELECT CAST({param} AS JSONB)) ->> {key})"  # parsed once per statement, as for lookup_int
+
+
+@compiles(lookup_text, "mssql")
+def _lookup_text_mssql(element: lookup_text, compiler: SQLCompiler, **kw: Any) -> str:
+    key, param, column = _pair(element, compiler, **kw)
+    # Not JSON_VALUE: it answers NULL for a value over 4,000 characters. OPENJSON's [value] is
+    # NVARCHAR(max); its [key] takes the key column's collation (see mssql_type_and_collation).
+    _, collate = mssql_type_and_collation(compiler.dialect, column.type)
+    return f"(SELECT [value] FROM OPENJSON(CAST({param} AS NVARCHAR(max))) WHERE [key]{collate} = {key})"
+
+
+@compiles(lookup_text, "sqlite")
+def _lookup_text_sqlite(element: lookup_text, compiler: SQLCompiler, **kw: Any) -> str:
+    key, param, _ = _pair(element, compiler, **kw)
+    return f"json_extract({param}, '$.\"' || {key} || '\"')"
+
+
+@compiles(lookup_text)
+def _lookup_text_default(element: lookup_text, compiler: SQLCompiler, **kw: Any) -> NoReturn:
+    raise NotImplementedError(f"lookup_text is not implemented for {compiler.dialect.name}")
+
+
 # ---------------------------------------------------------------------------- time arithmetic
 # The history charts group rows by time bucket in the database. Each dialect spells "how long
 # from A to B" differently; these two constructs keep history.py dialect-neutral.

@@ -14,7 +14,6 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -32,6 +31,7 @@ from chokaq.storage.dialects.postgres_statistics import STATISTICS_MIN_AGE, Stat
 from chokaq.storage.engine import build_engine
 from chokaq.storage.enqueue import Enqueuer, new_job_id
 from chokaq.storage.enqueue_batch import BatchEnqueuer
+from chokaq.storage.job_notes import Notes, bind_many
 from chokaq.storage.lookup import get_job_statement, record_from_union
 from chokaq.storage.loop_transport import ConnectArgs, LoopTransport, loop_supported
 from chokaq.storage.lost_replies import LostReplies
@@ -39,33 +39,21 @@ from chokaq.storage.moving import bump_stats
 from chokaq.storage.queue_figures import read_queue_stats
 from chokaq.storage.queues import UNSET, Override, QueueCache, queue_values, read_queues
 from chokaq.storage.records import hot_record
-from chokaq.storage.schema import jobs_archive, jobs_dlq, jobs_hot
+from chokaq.storage.schema import hot_record_columns, jobs_archive, jobs_dlq, jobs_hot
 from chokaq.storage.sqlfuncs import utcnow
 from chokaq.storage.statements import FETCHED, PROCESSING, MoveStatements, fence_params
 from chokaq.storage.transactions import Ambiguity, Transactions
 from chokaq.storage.wakeups import Announcer, Wakeups
 from chokaq.storage.worker_store import WorkerStore
+from chokaq.storage.worker_types import Completion, StartResult
 
 log = logging.getLogger("chokaq.storage")
 T = TypeVar("T")
 __all__ = ["Completion", "StartResult", "Storage", "new_job_id"]
 
 
-@dataclass(frozen=True, slots=True)
-class Completion:
-    lease: Lease
-    duration_ms: int
-
-
 # What a start stamps on a job: (attempt, started at, heartbeat, last updated, ZombieRetry).
 _Started = tuple[int, datetime | None, datetime | None, datetime | None, bool]
-
-
-@dataclass(frozen=True, slots=True)
-class StartResult:
-    started: list[JobRecord]
-    released: list[str]
-    lost: list[str]
 
 
 class Storage:
@@ -330,13 +318,14 @@ class Storage:
         return self.write_one(lambda c: [r[0] for r in c.execute(stmt, params)], op="release")
 
     # ------------------------------------------------------------------ while running
-    def heartbeat(self, worker_id: str, leases: Sequence[Lease]) -> set[str]:
-        """One statement for all of a worker's running jobs. Returns the ids still owned."""
+    def heartbeat(self, worker_id: str, leases: Sequence[Lease], notes: Mapping[str, Notes] | None = None) -> set[str]:
+        """One statement for all of a worker's running jobs, with the new ``notes`` (logs, progress)
+        of those that have any. Returns the ids still owned."""
         if not leases:
             return set()
-
         groups, params = fence_params(worker_id, leases, self.dialect)
-        return {r[0] for r in self.tx.run_statement(st.heartbeat_statement(groups), params, op="heartbeat")}
+        stmt = st.heartbeat_statement(groups, *bind_many(params, notes.items() if notes else ()))
+        return {r[0] for r in self.tx.run_statement(stmt, params, op="heartbeat")}
 
     # ------------------------------------------------------------------ finishing moves
     def move(self, move: MoveStatements, params: dict[str, Any], *, op: str) -> list[tuple[str, str]]:
@@ -373,38 +362,48 @@ class Storage:
     def _completion(self, worker_id: str, done: Sequence[Completion]) -> tuple[MoveStatements, dict[str, Any]]:
         groups, params = fence_params(worker_id, [d.lease for d in done], self.dialect)
         params["durations"] = json.dumps({d.lease.job_id: d.duration_ms for d in done})
-        return st.complete_statements(groups), params
+        notes = bind_many(params, ((d.lease.job_id, d.notes) for d in done if d.notes is not None))
+        return st.complete_statements(groups, *notes), params
 
     def archived_already(self, leases: Sequence[Lease]) -> set[str]:
         """Ids among ``leases`` already archived by this worker at that attempt (see
         :meth:`LostReplies.already`)."""
         return self.lost_replies.already(jobs_archive, leases) if leases else set()
 
-    def fail(self, lease: Lease, reason: FailureReason, error_details: str | None, attempts: str | None = None) -> bool:
-        """Processing -> DLQ. False when the worker no longer owns the job (a stale move).
-        ``attempts``: the job's attempt history with this attempt added (None: kept as it is)."""
+    def fail(
+        self,
+        lease: Lease,
+        reason: FailureReason,
+        error_details: str | None,
+        attempts: str | None = None,
+        notes: Notes | None = None,
+    ) -> bool:
+        """Processing -> DLQ. False when the worker no longer owns the job (a stale move). ``attempts``:
+        the job's history with this attempt added (None: kept); ``notes``: its new logs and progress."""
         groups, params = fence_params(lease.worker_id, [lease], self.dialect)
         params["failure_reason"] = int(reason)
         if error_details is not None:
             params["error_details"] = error_details
         if attempts is not None:
             params["attempts"] = attempts
-        statements = st.fail_statements(groups, error_details is not None, attempts is not None)
-        if self.move(statements, params, op="fail"):
+        written = (error_details is not None, attempts is not None, *(notes or Notes()).bind(params))
+        if self.move(st.fail_statements(groups, *written), params, op="fail"):
             return True
         return bool(self.lost_replies.already(jobs_dlq, [lease], jobs_dlq.c.FailureReason == int(reason)))
 
-    def retry(self, lease: Lease, delay_seconds: float, attempts: str | None = None) -> bool:
+    def retry(
+        self, lease: Lease, delay_seconds: float, attempts: str | None = None, notes: Notes | None = None
+    ) -> bool:
         """Processing -> Pending, due after ``delay_seconds``. ``attempts``: the job's attempt
-        history with this attempt added (None: kept as it is)."""
-
+        history with this attempt added (None: kept as it is); ``notes``: its new logs and progress."""
         groups, params = fence_params(lease.worker_id, [lease], self.dialect)
         params["retry_delay"] = float(delay_seconds)
         if attempts is not None:
             params["attempts"] = attempts
+        stmt = st.retry_statement(groups, attempts is not None, *(notes or Notes()).bind(params))
 
         def work(c: Connection) -> bool:
-            rows = c.execute(st.retry_statement(groups, attempts is not None), params).all()
+            rows = c.execute(stmt, params).all()
             bump_stats(c, st.RETRIED, Counter(r[0] for r in rows))
             return bool(rows)
 
@@ -435,7 +434,8 @@ class Storage:
         were claimed by a reply it never got. Rare; the Status partial indexes bound the read.
         """
         hot = jobs_hot.c
-        query = select(jobs_hot).where(st.status_in(hot.Status, FETCHED, PROCESSING), hot.WorkerId == worker_id)
+        mine = (st.status_in(hot.Status, FETCHED, PROCESSING), hot.WorkerId == worker_id)
+        query = select(*hot_record_columns).where(*mine)
         if since is not None:
             query = query.where(hot.LastUpdatedUtc >= since)
         return self.read(lambda c: [hot_record(r) for r in c.execute(query).all()], op="owned")

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 from chokaq.domain.models import JobRecord, Lease
 from chokaq.domain.states import FailureReason
 from chokaq.storage.cancel import cancelled_runs, note_stopped
+from chokaq.storage.job_notes import Notes
 from chokaq.storage.transactions import Ambiguity
 
 log = logging.getLogger("chokaq.worker")
@@ -148,9 +149,10 @@ class WorkerStore:
         return on_thread
 
     # ------------------------------------------------------------------ while running
-    async def heartbeat(self, leases: Sequence[Lease]) -> set[str]:
-        """Refresh the leases; the ids still ours (:meth:`Storage.heartbeat`)."""
-        return await self.call(self.storage.heartbeat, self.worker_id, leases)
+    async def heartbeat(self, leases: Sequence[Lease], notes: Mapping[str, Notes] | None = None) -> set[str]:
+        """Refresh the leases (and write the jobs' new ``notes``); the ids still ours
+        (:meth:`Storage.heartbeat`)."""
+        return await self.call(self.storage.heartbeat, self.worker_id, leases, notes)
 
     async def cancelled_runs(self, leases: Sequence[Lease]) -> set[str]:
         """The ids among ``leases`` (runs this worker lost) an operator cancelled (storage/cancel.py)."""
@@ -184,11 +186,13 @@ class WorkerStore:
             moved |= await self.call(self.storage.archived_already, missing)
         return moved
 
-    async def fail(self, lease: Lease, reason: FailureReason, details: str | None, attempts: str) -> bool:
-        return await self.call(self.storage.fail, lease, reason, details, attempts)
+    async def fail(
+        self, lease: Lease, reason: FailureReason, details: str | None, attempts: str, notes: Notes | None = None
+    ) -> bool:
+        return await self.call(self.storage.fail, lease, reason, details, attempts, notes)
 
-    async def retry(self, lease: Lease, delay: float, attempts: str) -> bool:
-        return await self.call(self.storage.retry, lease, delay, attempts)
+    async def retry(self, lease: Lease, delay: float, attempts: str, notes: Notes | None = None) -> bool:
+        return await self.call(self.storage.retry, lease, delay, attempts, notes)
 
     async def reschedule(self, leases: Sequence[Lease]) -> list[str]:
         return await self.call(self.storage.reschedule, self.worker_id, leases)

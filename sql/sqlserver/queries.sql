@@ -58,14 +58,38 @@ GO
 UPDATE chokaq.[JobsHot] SET [HeartbeatUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id] FROM chokaq.[JobsHot], (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease WHERE chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt] AND chokaq.[JobsHot].[Status] + 0 = 2 AND chokaq.[JobsHot].[WorkerId] = :fence_worker
 GO
 
+-- name: heartbeat_logs
+-- the same tick when handlers logged: each job's new logs and progress by its id (the same one statement; jobs without new lines keep theirs)
+UPDATE chokaq.[JobsHot] SET [HeartbeatUtc]=SYSUTCDATETIME(), [Logs]=coalesce((SELECT [value] FROM OPENJSON(CAST(:job_logs AS NVARCHAR(max))) WHERE [key] COLLATE Latin1_General_100_BIN2 = chokaq.[JobsHot].[Id]), chokaq.[JobsHot].[Logs]), [Progress]=coalesce((SELECT [value] FROM OPENJSON(CAST(:job_progress AS NVARCHAR(max))) WHERE [key] COLLATE Latin1_General_100_BIN2 = chokaq.[JobsHot].[Id]), chokaq.[JobsHot].[Progress]) OUTPUT inserted.[Id] FROM chokaq.[JobsHot], (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease WHERE chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt] AND chokaq.[JobsHot].[Status] + 0 = 2 AND chokaq.[JobsHot].[WorkerId] = :fence_worker
+GO
+
 -- name: complete
 -- Processing -> JobsArchive, and SucceededTotal, in one round trip (fenced)
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, [Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2);
 BEGIN TRANSACTION;
-INSERT INTO chokaq.[JobsArchive] ([Id], [Queue], [Type], [Payload], [Tags], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [StartedAtUtc], [FinishedAtUtc], [DurationMs], [ScheduledAtUtc], [Attempts]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
-SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], SYSUTCDATETIME() AS anon_1, CAST(JSON_VALUE(CAST(:durations AS NVARCHAR(max)), CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT) AS anon_2, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[Attempts]
+INSERT INTO chokaq.[JobsArchive] ([Id], [Queue], [Type], [Payload], [Tags], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [StartedAtUtc], [FinishedAtUtc], [DurationMs], [ScheduledAtUtc], [Attempts], [Logs], [Progress]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
+SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], SYSUTCDATETIME() AS anon_1, CAST(JSON_VALUE(CAST(:durations AS NVARCHAR(max)), CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT) AS anon_2, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[Attempts], chokaq.[JobsHot].[Logs], chokaq.[JobsHot].[Progress]
+FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK), (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease
+WHERE chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt] AND chokaq.[JobsHot].[Status] + 0 = 2 AND chokaq.[JobsHot].[WorkerId] = :fence_worker;
+DELETE h FROM chokaq.[JobsHot] AS h JOIN @moved AS m ON m.[Id] = h.[Id];
+INSERT INTO chokaq.[StatsSummary] ([Queue], [LastActivityUtc]) SELECT DISTINCT m.[Queue], SYSUTCDATETIME() FROM @moved AS m WHERE NOT EXISTS (SELECT 1 FROM chokaq.[StatsSummary] AS s WITH (UPDLOCK, HOLDLOCK) WHERE s.[Queue] = m.[Queue]);
+UPDATE s SET s.[SucceededTotal] = s.[SucceededTotal] + m.[n], s.[LastActivityUtc] = SYSUTCDATETIME() FROM chokaq.[StatsSummary] AS s JOIN (SELECT [Queue], COUNT(*) AS [n] FROM @moved GROUP BY [Queue]) AS m ON m.[Queue] = s.[Queue];
+COMMIT TRANSACTION;
+SET XACT_ABORT OFF;
+SET NOCOUNT OFF;
+SELECT [Id], [Queue] FROM @moved
+GO
+
+-- name: complete_logs
+-- the same, with the logs and progress the last heartbeat did not write, by job id
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, [Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2);
+BEGIN TRANSACTION;
+INSERT INTO chokaq.[JobsArchive] ([Id], [Queue], [Type], [Payload], [Tags], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [StartedAtUtc], [FinishedAtUtc], [DurationMs], [ScheduledAtUtc], [Attempts], [Logs], [Progress]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
+SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], SYSUTCDATETIME() AS anon_1, CAST(JSON_VALUE(CAST(:durations AS NVARCHAR(max)), CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT) AS anon_2, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[Attempts], coalesce((SELECT [value] FROM OPENJSON(CAST(:job_logs AS NVARCHAR(max))) WHERE [key] COLLATE Latin1_General_100_BIN2 = chokaq.[JobsHot].[Id]), chokaq.[JobsHot].[Logs]) AS coalesce_1, coalesce((SELECT [value] FROM OPENJSON(CAST(:job_progress AS NVARCHAR(max))) WHERE [key] COLLATE Latin1_General_100_BIN2 = chokaq.[JobsHot].[Id]), chokaq.[JobsHot].[Progress]) AS coalesce_2
 FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK), (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease
 WHERE chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt] AND chokaq.[JobsHot].[Status] + 0 = 2 AND chokaq.[JobsHot].[WorkerId] = :fence_worker;
 DELETE h FROM chokaq.[JobsHot] AS h JOIN @moved AS m ON m.[Id] = h.[Id];
@@ -78,13 +102,13 @@ SELECT [Id], [Queue] FROM @moved
 GO
 
 -- name: fail
--- Processing -> JobsDLQ with its attempt history, and FailedTotal, in one round trip (fenced)
+-- Processing -> JobsDLQ with its attempt history, its last logs and progress, and FailedTotal, in one round trip (fenced)
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, [Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2);
 BEGIN TRANSACTION;
-INSERT INTO chokaq.[JobsDLQ] ([Id], [Queue], [Type], [Payload], [Tags], [FailureReason], [ErrorDetails], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [FailedAtUtc], [HeartbeatUtc], [StartedAtUtc], [Attempts]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
-SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], :failure_reason AS anon_1, :error_details AS anon_2, chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], SYSUTCDATETIME() AS anon_3, chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[StartedAtUtc], :attempts AS anon_4
+INSERT INTO chokaq.[JobsDLQ] ([Id], [Queue], [Type], [Payload], [Tags], [FailureReason], [ErrorDetails], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [FailedAtUtc], [HeartbeatUtc], [StartedAtUtc], [Attempts], [Logs], [Progress]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
+SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], :failure_reason AS anon_1, :error_details AS anon_2, chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], SYSUTCDATETIME() AS anon_3, chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[StartedAtUtc], :attempts AS anon_4, :logs AS anon_5, :progress AS anon_6
 FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK), (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease
 WHERE chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt] AND chokaq.[JobsHot].[Status] + 0 = 2 AND chokaq.[JobsHot].[WorkerId] = :fence_worker;
 DELETE h FROM chokaq.[JobsHot] AS h JOIN @moved AS m ON m.[Id] = h.[Id];
@@ -97,8 +121,8 @@ SELECT [Id], [Queue] FROM @moved
 GO
 
 -- name: retry
--- Processing -> Pending, due after the retry delay, with its attempt history (fenced); then counter_bump
-UPDATE chokaq.[JobsHot] SET [Status]=0, [WorkerId]=NULL, [HeartbeatUtc]=NULL, [ScheduledAtUtc]=DATEADD(SECOND, CAST(FLOOR(CAST(:retry_delay AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:retry_delay AS FLOAT)) - FLOOR(CAST(:retry_delay AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME())), [LastUpdatedUtc]=SYSUTCDATETIME(), [Attempts]=:attempts OUTPUT inserted.[Queue] FROM chokaq.[JobsHot], (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease WHERE chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt] AND chokaq.[JobsHot].[Status] + 0 = 2 AND chokaq.[JobsHot].[WorkerId] = :fence_worker
+-- Processing -> Pending, due after the retry delay, with its attempt history, its last logs and progress (fenced); then counter_bump
+UPDATE chokaq.[JobsHot] SET [Status]=0, [WorkerId]=NULL, [HeartbeatUtc]=NULL, [ScheduledAtUtc]=DATEADD(SECOND, CAST(FLOOR(CAST(:retry_delay AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:retry_delay AS FLOAT)) - FLOOR(CAST(:retry_delay AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME())), [LastUpdatedUtc]=SYSUTCDATETIME(), [Attempts]=:attempts, [Logs]=:logs, [Progress]=:progress OUTPUT inserted.[Queue] FROM chokaq.[JobsHot], (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease WHERE chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt] AND chokaq.[JobsHot].[Status] + 0 = 2 AND chokaq.[JobsHot].[WorkerId] = :fence_worker
 GO
 
 -- name: counter_bump
@@ -156,8 +180,8 @@ SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, [Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2);
 BEGIN TRANSACTION;
-INSERT INTO chokaq.[JobsDLQ] ([Id], [Queue], [Type], [Payload], [Tags], [FailureReason], [ErrorDetails], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [FailedAtUtc], [HeartbeatUtc], [StartedAtUtc], [Attempts]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
-SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], 2, 'Zombie detected: heartbeat expired (last heartbeat ' + coalesce(CAST(chokaq.[JobsHot].[HeartbeatUtc] AS VARCHAR(40)), 'never') + ' UTC, worker ' + coalesce(chokaq.[JobsHot].[WorkerId], 'unknown') + ', attempt ' + CAST(chokaq.[JobsHot].[AttemptCount] AS VARCHAR(12)) + ')' AS anon_1, chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], SYSUTCDATETIME() AS anon_2, chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[Attempts]
+INSERT INTO chokaq.[JobsDLQ] ([Id], [Queue], [Type], [Payload], [Tags], [FailureReason], [ErrorDetails], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [FailedAtUtc], [HeartbeatUtc], [StartedAtUtc], [Attempts], [Logs], [Progress]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
+SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], 2, 'Zombie detected: heartbeat expired (last heartbeat ' + coalesce(CAST(chokaq.[JobsHot].[HeartbeatUtc] AS VARCHAR(40)), 'never') + ' UTC, worker ' + coalesce(chokaq.[JobsHot].[WorkerId], 'unknown') + ', attempt ' + CAST(chokaq.[JobsHot].[AttemptCount] AS VARCHAR(12)) + ')' AS anon_1, chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], SYSUTCDATETIME() AS anon_2, chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[Attempts], chokaq.[JobsHot].[Logs], chokaq.[JobsHot].[Progress]
 FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK)
 WHERE chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:zombie_ids AS NVARCHAR(max)))) AND chokaq.[JobsHot].[Status] = 2 AND coalesce(chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[LastUpdatedUtc]) < DATEADD(SECOND, CAST(FLOOR(-coalesce((SELECT chokaq.[Queues].[ZombieTimeoutSeconds]
 FROM chokaq.[Queues]
@@ -280,7 +304,7 @@ GO
 
 -- name: breaker_probe_claim
 -- those jobs Pending -> Fetched for the probing worker
-UPDATE chokaq.[JobsHot] SET [Status]=1, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry], inserted.[Attempts] WHERE chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:probe_ids AS NVARCHAR(max)))) AND chokaq.[JobsHot].[Status] = 0
+UPDATE chokaq.[JobsHot] SET [Status]=1, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry], inserted.[Attempts], inserted.[Logs], inserted.[Progress] WHERE chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:probe_ids AS NVARCHAR(max)))) AND chokaq.[JobsHot].[Status] = 0
 GO
 
 -- name: sweep_breaker_ids
@@ -298,8 +322,8 @@ SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, [Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2);
 BEGIN TRANSACTION;
-INSERT INTO chokaq.[JobsDLQ] ([Id], [Queue], [Type], [Payload], [Tags], [FailureReason], [ErrorDetails], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [FailedAtUtc], [HeartbeatUtc], [StartedAtUtc], [Attempts]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
-SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], 3, 'circuit breaker open for the job type; waited longer than Retry.MaxJobAge', chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], SYSUTCDATETIME() AS anon_1, chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[Attempts]
+INSERT INTO chokaq.[JobsDLQ] ([Id], [Queue], [Type], [Payload], [Tags], [FailureReason], [ErrorDetails], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [FailedAtUtc], [HeartbeatUtc], [StartedAtUtc], [Attempts], [Logs], [Progress]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
+SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], 3, 'circuit breaker open for the job type; waited longer than Retry.MaxJobAge', chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], SYSUTCDATETIME() AS anon_1, chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[Attempts], chokaq.[JobsHot].[Logs], chokaq.[JobsHot].[Progress]
 FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK)
 WHERE chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:breaker_ids AS NVARCHAR(max)))) AND chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[Type] IN (SELECT chokaq.[CircuitBreakers].[JobType]
 FROM chokaq.[CircuitBreakers]

@@ -111,3 +111,18 @@ def flaky(payload: dict[str, object], ctx: JobContext) -> None:
 @app.job("steady")
 def steady(payload: dict[str, object], ctx: JobContext) -> None:
     _record(ctx.job_id, "steady")
+
+
+# Job logs (tests/acceptance/test_job_logs_crash.py): says how far it got, then waits to be killed.
+@app.job("chatty_then_stuck")
+async def chatty_then_stuck(payload: dict[str, object], ctx: JobContext) -> None:
+    import asyncio
+    import logging
+
+    for i in range(5):
+        ctx.log(f"step {i} done", step=i)
+    logging.getLogger("crashapp.chatty").warning("about to wait at %s", "postgres://u:hunter2@db/x")
+    ctx.progress(5, 10, note="half way")
+    _record(ctx.job_id, "start")
+    while not ctx.is_cancelled():
+        await asyncio.sleep(0.05)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table
+from sqlalchemy import Column, Table
 
-from chokaq.storage.schema import jobs_archive, jobs_dlq, jobs_hot
+from chokaq.storage.schema import hot_record_columns, jobs_archive, jobs_dlq, jobs_hot
 
 T0 = datetime(2026, 1, 1, 12, 0, 0)
 
@@ -29,13 +29,15 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
-def columns(table: Table) -> list[str]:
-    return [c.name for c in table.c]
+def columns(table: Table | tuple[Column[Any], ...]) -> list[str]:
+    return [c.name for c in (table.c if isinstance(table, Table) else table)]
 
 
-def row(table: Table, job_id: str, **values: Any) -> tuple[Any, ...]:
+def row(table: Table | tuple[Column[Any], ...], job_id: str, **values: Any) -> tuple[Any, ...]:
     merged = {**_DEFAULTS, "Id": job_id, **values}
     return tuple(merged.get(name) for name in columns(table))
 
 
 HOT, ARCHIVE, DLQ = jobs_hot, jobs_archive, jobs_dlq
+# What claims and the worker's own reads return: a JobsHot row without its logs and progress.
+HOT_RECORD = hot_record_columns

@@ -24,7 +24,7 @@ from chokaq.storage.migrations import MIGRATIONS
 from chokaq.storage.store import Completion
 from tests.driver.conftest import MSSQL_URL
 from tests.driver.recording import Call, Recorder
-from tests.driver.rows import DLQ, HOT, T0, columns, row
+from tests.driver.rows import DLQ, HOT, HOT_RECORD, T0, columns, row
 from tests.driver.test_statements import STARTED, assert_one_statement, pin_limited_queues
 
 SQL_VARCHAR, SQL_WVARCHAR = 12, -9
@@ -80,7 +80,8 @@ def recorded_storage(recorder: Recorder, **settings: Any) -> Iterator[Storage]:
 def claimed(mssql: Storage, recorder: Recorder, *ids: str) -> list[Any]:
     """Records of jobs ``w`` fetched (a claim answered with ``ids``), the record cleared after."""
     pin_limited_queues(mssql)
-    recorder.answer(r"^WITH c AS", [row(HOT, i, AttemptCount=n) for n, i in enumerate(ids, 1)], columns(HOT))
+    claimed = [row(HOT_RECORD, i, AttemptCount=n) for n, i in enumerate(ids, 1)]
+    recorder.answer(r"^WITH c AS", claimed, columns(HOT_RECORD))
     jobs = mssql.fetch("w", len(ids))
     recorder.clear()
     return jobs
@@ -172,7 +173,7 @@ def test_a_claim_of_a_max_workers_queue_locks_its_row_and_claims_only_the_room(
     mssql.queue_cache.pin_limited(["limited"], for_seconds=3600)
     recorder.answer(r"^SELECT chokaq\.\[Queues\]\.\[MaxWorkers\]", [(3, False)], ["MaxWorkers", "IsPaused"])
     recorder.answer(r"^SELECT count\(\*\)", [(1,)])
-    recorder.answer(r"^WITH c AS \n\(SELECT TOP 2 ", [row(HOT, "01L", Queue="limited")], columns(HOT))
+    recorder.answer(r"^WITH c AS \n\(SELECT TOP 2 ", [row(HOT_RECORD, "01L", Queue="limited")], columns(HOT_RECORD))
     (job,) = mssql.fetch("w", 5, ["limited", "other"])
     assert job.id == "01L"
     main = recorder.statements[0]
@@ -280,7 +281,8 @@ def test_a_failure_writes_the_attempt_history_in_its_one_batch(mssql: Storage, r
     recorder.answer(r"^SET NOCOUNT ON", [("01A", "default")], ["Id", "Queue"])
     assert mssql.fail(LEASES[0], FailureReason.MAX_RETRIES_EXCEEDED, "boom", HISTORY)
     (batch,) = recorder.round_trips()  # still one round trip: the history rides in the move
-    assert batch.sql.startswith("SET NOCOUNT ON") and "[StartedAtUtc], [Attempts]) OUTPUT inserted.[Id]" in batch.sql
+    assert batch.sql.startswith("SET NOCOUNT ON")
+    assert "[StartedAtUtc], [Attempts], [Logs], [Progress]) OUTPUT" in batch.sql
     assert batch.describes == 0 and size_of(batch, HISTORY) == SQL_WVARCHAR
 
 
@@ -386,7 +388,7 @@ def test_migration_6_adds_the_attempt_history_column_to_the_three_job_tables(
     recorder.answer(r"PARSENAME\(CAST\(SERVERPROPERTY", [(16, 3, 160, "chokaq")], ["v", "e", "l", "d"])
     recorder.answer(r"sp_getapplock", [(0,)])
     recorder.answer(r"INFORMATION_SCHEMA", [("SchemaMigrations",)], ["TABLE_NAME"])
-    recorder.answer(r"FROM chokaq\.\[SchemaMigrations\]", [(v,) for v in (1, 2, 3, 4, 5, 7, 8)], ["Version"])
+    recorder.answer(r"FROM chokaq\.\[SchemaMigrations\]", [(v,) for v in (1, 2, 3, 4, 5, 7, 8, 9)], ["Version"])
     assert mssql.upgrade() == [6]
     stmts = one_transaction(recorder)
     adds = [c.sql for c in stmts if "ALTER TABLE" in c.sql]

@@ -20,7 +20,7 @@ from chokaq.storage.statements import (
 from chokaq.storage.statements.enqueue import enqueue_params, statement_for
 from chokaq.storage.store import Completion
 from tests.driver.recording import Call, Recorder
-from tests.driver.rows import HOT, columns, row
+from tests.driver.rows import HOT_RECORD, columns, row
 from tests.driver.test_statements import STARTED, assert_one_statement, pin_limited_queues
 
 LEASES = [Lease("01A", "w", 1), Lease("01B", "w", 2)]
@@ -84,11 +84,11 @@ def test_each_hot_operation_is_one_statement_on_an_autocommit_connection(mssql: 
     # connection, no switch, one statement.
     assert not [c for c in recorder.calls if c.kind == "connect"]
     assert_one_statement(recorder, "heartbeat")
-    recorder.answer(r"^WITH c AS", [row(HOT, "01A", AttemptCount=1, Status=2)], columns(HOT))
+    recorder.answer(r"^WITH c AS", [row(HOT_RECORD, "01A", AttemptCount=1, Status=2)], columns(HOT_RECORD))
     (job,) = mssql.fetch("w", 1, start=True)
     assert job.id == "01A" and job.attempt_count == 1
     assert_one_statement(recorder, "claim")
-    recorder.answer(r"^WITH c AS", [row(HOT, "01B")], columns(HOT))
+    recorder.answer(r"^WITH c AS", [row(HOT_RECORD, "01B")], columns(HOT_RECORD))
     (buffered,) = mssql.fetch("w", 1)
     assert_one_statement(recorder, "claim")
     recorder.answer(r"^UPDATE chokaq\.\[JobsHot\] SET \[Status\]=2", [("01B", 1, None, None, None, False)], STARTED)

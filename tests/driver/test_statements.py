@@ -19,7 +19,7 @@ from chokaq.storage.admin import Actor, AdminStore
 from chokaq.storage.store import Completion
 from tests.driver.conftest import MSSQL_URL
 from tests.driver.recording import Call, Recorder
-from tests.driver.rows import DLQ, HOT, columns, row
+from tests.driver.rows import DLQ, HOT_RECORD, columns, row
 
 SQL_WVARCHAR = -9
 T_CUTOFF = datetime(2026, 1, 1)
@@ -55,7 +55,7 @@ def test_claim_start_heartbeat_complete_are_one_round_trip_each(mssql: Storage, 
     mssql.heartbeat("w", [Lease("01WARM", "w", 1)])  # the autocommit pool's first connection
     recorder.clear()
 
-    recorder.answer(r"^WITH c AS", [row(HOT, "01A"), row(HOT, "01B")], columns(HOT))
+    recorder.answer(r"^WITH c AS", [row(HOT_RECORD, "01A"), row(HOT_RECORD, "01B")], columns(HOT_RECORD))
     jobs = mssql.fetch("w", 2)
     assert [j.id for j in jobs] == ["01A", "01B"]
     claim = assert_one_statement(recorder, "claim")

@@ -11,11 +11,13 @@ from chokaq.domain.models import EnqueueRequest
 from chokaq.domain.states import Location
 from chokaq.storage import Storage
 from chokaq.storage.records import HOT_ROW, hot_record, to_record
-from chokaq.storage.schema import jobs_hot
+from chokaq.storage.schema import hot_record_columns, jobs_hot
 
 
 def test_hot_row_order_is_the_tables() -> None:
-    assert tuple(c.name for c in jobs_hot.c) == HOT_ROW
+    # Every column but the job's logs and progress, which no claim reads.
+    assert tuple(c.name for c in hot_record_columns) == HOT_ROW
+    assert tuple(c.name for c in jobs_hot.c) == (*HOT_ROW, "Logs", "Progress")
 
 
 def test_fast_path_matches_the_generic_mapping(tmp_path: Path) -> None:
@@ -25,7 +27,7 @@ def test_fast_path_matches_the_generic_mapping(tmp_path: Path) -> None:
         EnqueueRequest(type="t", payload='{"a": 1}', tags="x,y", idempotency_key="k", priority=7, created_by="me")
     )
     storage.start("w", storage.fetch("w", 1))
-    whole = storage.read(lambda c: c.execute(select(jobs_hot).where(jobs_hot.c.Id == job_id)).one())
+    whole = storage.read(lambda c: c.execute(select(*hot_record_columns).where(jobs_hot.c.Id == job_id)).one())
     assert tuple(whole._fields) == HOT_ROW
     fast = hot_record(whole)
     assert fast == to_record(Location.HOT, whole)

@@ -6,6 +6,7 @@ import { confirmDialog } from "./dialog.js";
 import { $, $$, button, h, table, td } from "./dom.js";
 import { flash } from "./feedback.js";
 import { fmtDuration, fmtMs, fmtTime, num } from "./format.js";
+import { logsSection, progressSection } from "./job_logs.js";
 import { scheduleRefresh } from "./refresh.js";
 import { atLeast, may, role, state } from "./state.js";
 
@@ -246,7 +247,7 @@ function renderInspector(replaceEditor) {
           : "yes (it did not ask for zombie retries)") : "no: resurrecting may run it twice", "insp-z-idempotent"))) : null;
 
   const sections = [
-    head, msg, facts, zombieSec, attemptsSection(job),
+    head, msg, facts, progressSection(job), zombieSec, attemptsSection(job), logsSection(job),
     job.error_details || job.location === "dlq" ? h("section", { class: "insp-sec" },
       h("h3", {}, "Error details"),
       h("pre", { class: "code error-details", tabindex: "0", testid: "insp-error", "aria-label": "Error details" },

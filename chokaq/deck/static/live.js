@@ -4,6 +4,7 @@
 import { api, qs } from "./api.js";
 import { $, h } from "./dom.js";
 import { num, plural } from "./format.js";
+import { isLive } from "./job_logs.js";
 import { scheduleRefresh } from "./refresh.js";
 import { state } from "./state.js";
 import { setCounters } from "./stats.js";
@@ -54,6 +55,9 @@ export function setLive(mode, text) {
 }
 function onStats(totals) {
   setCounters(totals);
+  // A running job's logs and progress change with no event of their own: each tick reloads the
+  // inspector while it shows one (its worker's heartbeat writes them).
+  if (state.insp && !state.insp.gone && isLive(state.insp.job)) scheduleRefresh();
   const sig = JSON.stringify(totals);
   if (sig !== state.statsSig) {
     const first = state.statsSig === "";

@@ -6,7 +6,7 @@ Execution.CircuitBreaker is off."""
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Select, String, and_, bindparam, insert, literal_column, null, select, true, update
 from sqlalchemy.sql.dml import Insert, ReturningUpdate, Update
@@ -18,8 +18,10 @@ from chokaq.storage.schema import circuit_breakers, jobs_dlq, jobs_hot, queues
 from chokaq.storage.sqlfuncs import ListParam, claim_lock, in_list, row_lock, seconds, utc_offset, utcnow
 from chokaq.storage.statements.columns import Columns
 from chokaq.storage.statements.counters import FAILED
-from chokaq.storage.statements.moves import MoveStatements, move_statements
 from chokaq.storage.statements.status import FETCHED, PENDING, status_is
+
+if TYPE_CHECKING:
+    from chokaq.storage.statements.moves import MoveStatements
 
 cb = circuit_breakers.c
 # The row's columns a transition writes (JobType is the key).
@@ -153,6 +155,8 @@ EXPIRED_DETAILS = "circuit breaker open for the job type; waited longer than Ret
 def expired_move_statements(max_job_age: float) -> MoveStatements:
     """Those ids -> JobsDLQ as CircuitBreakerOpen, inside the database, and FailedTotal: each row
     checked again (still Pending, its breaker still not closed) by the move itself."""
+    # Imported here: moves -> leases -> claim -> this module (the claim's filter) would be a cycle.
+    from chokaq.storage.statements.moves import move_statements
 
     def values(columns: Columns) -> dict[str, ColumnElement[Any]]:
         return {

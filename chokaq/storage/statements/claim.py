@@ -14,7 +14,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import table as sql_table
 
 from chokaq.storage.dialects.sqlserver_shapes import CteUpdate
-from chokaq.storage.schema import jobs_hot, queues
+from chokaq.storage.schema import hot_record_columns, jobs_hot, queues
 from chokaq.storage.sqlfuncs import MSSQL_CLAIM_HINT, ListParam, claim_lock, in_list, utcnow
 from chokaq.storage.statements.breakers import not_blocked
 from chokaq.storage.statements.columns import Columns
@@ -89,7 +89,7 @@ def claim_statement(
     values: dict[str, Any] = {"Status": FETCHED, "WorkerId": bindparam("claim_worker"), "LastUpdatedUtc": utcnow()}
     if start:
         values.update(started_values(zombie_retry))
-    return update(jobs_hot).where(jobs_hot.c.Id.in_(select(chosen.c.Id))).values(values).returning(*jobs_hot.c)
+    return update(jobs_hot).where(jobs_hot.c.Id.in_(select(chosen.c.Id))).values(values).returning(*hot_record_columns)
 
 
 @functools.lru_cache(maxsize=256)
@@ -126,7 +126,7 @@ def mssql_claim_statement(
     def queue(i: int) -> ColumnElement[bool]:
         return hot.Queue == bindparam(f"claim_queue_{i}", type_=hot.Queue.type)
 
-    cte = sql_table("c", *(column(col.name, col.type) for col in jobs_hot.c))
+    cte = sql_table("c", *(column(col.name, col.type) for col in hot_record_columns))
     values: dict[str, ColumnElement[Any]] = {
         "Status": literal_column(str(FETCHED)),
         "WorkerId": bindparam("claim_worker", type_=hot.WorkerId.type),
@@ -134,9 +134,9 @@ def mssql_claim_statement(
     }
     if start:
         values.update(started_values(zombie_retry, cte.c))
-    outputs = [col.name for col in jobs_hot.c]
+    outputs = [col.name for col in hot_record_columns]
     if queue_count <= 1:
-        chosen = select(*jobs_hot.c).where(*due(*([queue(0)] if queue_count else [])))
+        chosen = select(*hot_record_columns).where(*due(*([queue(0)] if queue_count else [])))
         chosen = chosen.order_by(*order).limit(limit).with_hint(jobs_hot, MSSQL_CLAIM_HINT, "mssql")
         return CteUpdate(chosen, values, outputs)
     branches = []
@@ -155,5 +155,5 @@ def mssql_claim_statement(
     picked = sql_table("pick", column("Id", jobs_hot.c.Id.type))
     # The branches hold the U locks (READPAST skipped rows other claimers hold); c re-reads the
     # picked rows by primary key.
-    chosen = select(*jobs_hot.c).where(hot.Id.in_(select(picked.c.Id)))
+    chosen = select(*hot_record_columns).where(hot.Id.in_(select(picked.c.Id)))
     return CteUpdate(chosen, values, outputs, pick=pick.limit(limit))

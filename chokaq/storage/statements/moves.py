@@ -33,6 +33,7 @@ from chokaq.storage.sqlfuncs import lookup_int, row_lock, utcnow
 from chokaq.storage.statements.columns import Columns
 from chokaq.storage.statements.counters import FAILED, SUCCEEDED, StatsCounter
 from chokaq.storage.statements.fence import fence
+from chokaq.storage.statements.leases import notes_values
 from chokaq.storage.statements.status import PROCESSING
 
 # ``values(columns)``: SQL expressions over the source row's ``columns`` for the target columns
@@ -101,22 +102,27 @@ def move_statements(
 
 
 @functools.lru_cache(maxsize=32)
-def complete_statements(groups: int) -> MoveStatements:
-    """Processing -> JobsArchive for a worker's leases, each with its duration (``durations``)."""
+def complete_statements(groups: int, logs: bool = False, progress: bool = False) -> MoveStatements:
+    """Processing -> JobsArchive for a worker's leases, each with its duration (``durations``), and
+    with ``logs`` / ``progress`` the new values in ``job_logs`` / ``job_progress`` of jobs that have any."""
 
     def values(columns: Columns) -> dict[str, ColumnElement[Any]]:
         return {
             "FinishedAtUtc": utcnow(),
             "DurationMs": lookup_int(columns.Id, bindparam("durations", type_=UnicodeText())),
+            **notes_values(columns, logs, progress, many=True),
         }
 
     return move_statements(jobs_hot, fence(groups, PROCESSING), jobs_archive, values, SUCCEEDED)
 
 
-@functools.lru_cache(maxsize=8)
-def fail_statements(groups: int = 1, details: bool = True, history: bool = False) -> MoveStatements:
+@functools.lru_cache(maxsize=32)
+def fail_statements(
+    groups: int = 1, details: bool = True, history: bool = False, logs: bool = False, progress: bool = False
+) -> MoveStatements:
     """Processing -> JobsDLQ for a worker's leases, with one reason (and details, if any); with
-    ``history``, the attempt history becomes ``attempts`` (the failed attempt added by the worker)."""
+    ``history``, the attempt history becomes ``attempts`` (the failed attempt added by the worker);
+    with ``logs`` and ``progress``, the job's logs and progress become those parameters."""
 
     def values(columns: Columns) -> dict[str, ColumnElement[Any]]:
         values: dict[str, ColumnElement[Any]] = {
@@ -127,6 +133,7 @@ def fail_statements(groups: int = 1, details: bool = True, history: bool = False
         }
         if history:
             values["Attempts"] = bindparam("attempts", type_=jobs_dlq.c.Attempts.type)
+        values.update(notes_values(columns, logs, progress, many=False))
         return values
 
     return move_statements(jobs_hot, fence(groups, PROCESSING), jobs_dlq, values, FAILED)
