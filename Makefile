@@ -4,12 +4,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test test-fast lint typecheck fmt scripts bench clean requirements requirements-check
+.PHONY: dev test test-fast lint typecheck fmt scripts bench clean requirements requirements-check docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,docs]'
 	touch $(STAMP)
 
 ## Run the engine, the admin API and the Deck on embedded SQLite (http://127.0.0.1:7071/deck)
@@ -43,6 +43,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+## The docs site (mkdocs.yml): docs/ plus the generated CLI and Python API references, into site/.
+## --strict: a broken link, or a docs/*.md page missing from the nav, fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 ## Format the tree as `make lint` checks it (ruff format)
 fmt: $(STAMP)
@@ -122,4 +127,4 @@ bench-costs: $(STAMP)
 	$(PY) benchmarks/costs.py all $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache chokaq-dev.db*
+	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache chokaq-dev.db*
