@@ -56,10 +56,11 @@ scripts: $(STAMP)
 	$(VENV)/bin/chokaq db script --dialect mssql --queries > sql/sqlserver/queries.sql
 
 ## requirements.txt for the Functions remote build: pyproject's dependencies plus the mssql, otel and
-## azure extras, every package pinned with hashes, resolved for Azure's Python 3.11 on Linux.
-## The remote build's pip (23.2.1 on Python 3.11.7) then only checks pins; it resolves nothing.
+## azure extras, every package pinned with hashes, one lock for every Python from 3.11 (uv's universal
+## resolution: where a version needs another pin, the line carries a marker, e.g. azure-functions 2.x
+## on 3.13, which 1.26 refuses). The remote build's pip then only checks pins; it resolves nothing.
 REQUIREMENTS_COMPILE = $(VENV)/bin/uv pip compile pyproject.toml --extra mssql --extra otel --extra azure \
-	--python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes --quiet \
+	--universal --python-version 3.11 --generate-hashes --quiet \
 	--custom-compile-command "make requirements"
 requirements: $(STAMP)
 	$(REQUIREMENTS_COMPILE) --upgrade -o requirements.txt

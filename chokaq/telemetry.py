@@ -140,7 +140,9 @@ def configure(service_name: str = "chokaq") -> bool:
     if not endpoint:
         if not _reported_unexported:
             _reported_unexported = True
-            log.info(
+            # DEBUG: no exporter is the normal case for a CLI command, and a normal command says
+            # nothing on stderr but what was asked for.
+            log.debug(
                 "no OpenTelemetry exporter is configured (APPLICATIONINSIGHTS_CONNECTION_STRING or "
                 "OTEL_EXPORTER_OTLP_ENDPOINT): chokaq's spans and metrics are not exported"
             )

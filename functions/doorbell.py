@@ -37,6 +37,11 @@ from chokaq.runtime.app import ChokaQ
 from chokaq.runtime.doorbell import ANY_QUEUE, Doorbell
 
 log = logging.getLogger("chokaq.functions.doorbell")
+# The SDK's HTTP logging policy writes every request and response (URL, headers) at INFO: a dozen
+# lines per ring, billed as traces on Azure. The doorbell's clients log through this logger instead,
+# at WARNING unless an operator lowers it; other Azure clients in the process keep their own.
+http_log = logging.getLogger("chokaq.functions.doorbell.http")
+http_log.setLevel(logging.WARNING)
 
 CONNECTION = "ChokaqDoorbell"
 QUEUE_SETTING = "CHOKAQ_FUNCTIONS__DOORBELL_QUEUE"
@@ -58,6 +63,7 @@ def queue_client(queue_name: str, environ: Mapping[str, str] = os.environ) -> Qu
         "retry_policy": LinearRetry(backoff=1, random_jitter_range=0, retry_total=1),
         "connection_timeout": 5,
         "read_timeout": 10,
+        "logger": http_log,
     }
     conn = connection_string(environ)
     if conn:

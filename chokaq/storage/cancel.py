@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, and_
 
 from chokaq.domain import limits
+from chokaq.domain.attempts import bounded_text
 from chokaq.domain.errors import JobValidationError
 from chokaq.domain.models import Lease
 from chokaq.domain.states import FailureReason, JobStatus
@@ -88,6 +89,10 @@ def cancel_jobs(
         raise JobValidationError(f"at most {limits.MAX_BULK_IDS} ids per request")
     if reason is not None and len(reason) > MAX_REASON_LEN:
         raise JobValidationError(f"reason: at most {MAX_REASON_LEN} characters")
+    if reason is not None:
+        # Stored in ErrorDetails and the audit log, shown in the Deck: redacted and storable
+        # everywhere like any error text (PostgreSQL refuses NUL; no driver encodes a lone surrogate).
+        reason = bounded_text(reason, MAX_REASON_LEN)
     unique = list(dict.fromkeys(ids))
     statuses = (PENDING, FETCHED, PROCESSING) if running else (PENDING,)
 

@@ -45,6 +45,14 @@ param databaseSku object = {
 @description('module:attribute of the chokaq handler registry (CHOKAQ_APP), used by the Function App and the worker.')
 param chokaqApp string = 'jobs:app'
 
+@description('Python version of the Function App: 3.11, 3.12 or 3.13 (Flex Consumption offers the three; requirements.txt resolves for each).')
+@allowed([
+  '3.11'
+  '3.12'
+  '3.13'
+])
+param functionsPythonVersion string = '3.11'
+
 @description('Worker image. Empty: a public placeholder image until you push your own (see docs/azure.md).')
 param workerImage string = ''
 
@@ -173,6 +181,7 @@ module functionApp 'modules/functionapp.bicep' = {
     otelServiceName: '${namePrefix}-functions'
     doorbellQueueName: doorbellQueueName
     queueEndpoint: storage.outputs.queueEndpoint
+    pythonVersion: functionsPythonVersion
     tags: tags
   }
 }

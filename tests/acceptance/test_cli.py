@@ -51,6 +51,8 @@ def test_upgrade_enqueue_show_sweep(sqlite_url: str) -> None:
 
     swept = run_cli(sqlite_url, "sweep")
     assert json.loads(swept.stdout) == {"recovered": 0, "archived": 0}
+    # A normal command says nothing on stderr: no telemetry configured is the usual case for a CLI.
+    assert [up.stderr, again.stderr, out.stderr, dup.stderr, swept.stderr] == [""] * 5
 
 
 def test_payload_model_is_checked_on_enqueue(sqlite_url: str) -> None:

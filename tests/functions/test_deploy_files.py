@@ -55,6 +55,14 @@ def test_local_settings_are_known() -> None:
     assert local_values()["FUNCTIONS_WORKER_RUNTIME"] == "python"
 
 
+def test_local_settings_turn_the_workers_telemetry_on_only_with_a_connection_string() -> None:
+    # With an empty connection string the Python worker's Azure Monitor distro fails at every start
+    # (a ValueError and its traceback in the log of a fresh `func start`).
+    values = local_values()
+    if values.get("PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY", "").lower() == "true":
+        assert values.get("APPLICATIONINSIGHTS_CONNECTION_STRING", "").strip()
+
+
 def test_local_settings_pass_engine_validation(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in setting_env_names():
         monkeypatch.delenv(name, raising=False)
@@ -112,9 +120,11 @@ def _name(req: str) -> str:
     return re.split(r"[\[<>=!~ ;]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
-def _pins() -> tuple[dict[str, str], dict[str, list[str]], set[str]]:
-    """requirements.txt as uv writes it: {name: version}, {name: hashes}, names pulled in by pyproject."""
-    pins: dict[str, str] = {}
+def _pins() -> tuple[dict[str, list[tuple[str, str]]], dict[str, list[str]], set[str]]:
+    """requirements.txt as uv writes it: {name: [(version, marker)]} (one lock for every supported
+    Python: a package may be pinned twice, under exclusive markers), {name: hashes}, names pulled in
+    by pyproject."""
+    pins: dict[str, list[tuple[str, str]]] = {}
     hashes: dict[str, list[str]] = {}
     direct: set[str] = set()
     current = ""
@@ -124,8 +134,9 @@ def _pins() -> tuple[dict[str, str], dict[str, list[str]], set[str]]:
         if not line.startswith((" ", "#")) and stripped:
             name, _, rest = stripped.partition("==")
             current = _name(name)
-            pins[current] = rest.split()[0].rstrip("\\").strip()
-            hashes[current] = []
+            version, _, marker = rest.rstrip("\\").partition(";")
+            pins.setdefault(current, []).append((version.strip(), marker.strip()))
+            hashes.setdefault(current, [])
             via_block = False
         elif stripped.startswith("--hash=sha256:"):
             hashes[current].append(stripped.split(":", 1)[1].rstrip("\\").strip())
@@ -133,7 +144,7 @@ def _pins() -> tuple[dict[str, str], dict[str, list[str]], set[str]]:
             via_block = stripped == "# via"
             if "chokaq (pyproject.toml)" in stripped:
                 direct.add(current)
-        elif via_block and stripped == "#   chokaq (pyproject.toml)":
+        elif via_block and "chokaq (pyproject.toml)" in stripped:
             direct.add(current)
     return pins, hashes, direct
 
@@ -153,13 +164,35 @@ def test_requirements_are_the_lock_of_pyproject() -> None:
     pins, hashes, direct = _pins()
     assert direct == {_name(r.name) for r in wanted}, "requirements.txt is stale: run make requirements"
     for req in wanted:
-        version = pins[_name(req.name)]
-        assert req.specifier.contains(version, prereleases=True), (req, version)
+        for version, _ in pins[_name(req.name)]:
+            assert req.specifier.contains(version, prereleases=True), (req, version)
     assert all(len(h) >= 1 and all(len(x) == 64 for x in h) for h in hashes.values()), "unhashed pins"
     assert "chokaq" not in pins  # imported from the deployed directory, not installed
-    # Resolved for what Azure runs: Python 3.11 on Linux.
+    # One lock for every Python the Bicep offers (3.11 to 3.13): uv's universal resolution.
     make = (ROOT / "Makefile").read_text()
-    assert "--python-version 3.11" in make and "--python-platform x86_64-manylinux" in make
+    assert "--universal --python-version 3.11" in make
+
+
+@pytest.mark.parametrize("python", ["3.11.7", "3.12.1", "3.13.0"])
+def test_the_lock_pins_every_package_once_for_each_supported_python(python: str) -> None:
+    # What Azure runs: CPython on Linux x86_64. Under its markers each package has exactly one pin
+    # (two pins, or none, for a package the lock needs would fail the remote build).
+    from packaging.markers import Marker
+
+    env = {
+        "python_full_version": python,
+        "python_version": python.rsplit(".", 1)[0],
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "platform_python_implementation": "CPython",
+        "implementation_name": "cpython",
+        "os_name": "posix",
+    }
+    pins, _, _ = _pins()
+    chosen = {name: [v for v, m in entries if not m or Marker(m).evaluate(env)] for name, entries in pins.items()}
+    assert all(len(v) <= 1 for v in chosen.values()), {n: v for n, v in chosen.items() if len(v) > 1}
+    assert len(chosen["azure-functions"]) == 1 and all(len(chosen[n]) == 1 for n in ("sqlalchemy", "pyodbc"))
 
 
 def _ignored(path: str, patterns: list[str]) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import math
 import threading
 import time
@@ -318,3 +319,21 @@ def test_message_body_is_base64_text_as_the_trigger_expects(azurite: Azurite) ->
     raw = QueueClient.from_connection_string(azurite.connection_string, name)
     (m,) = list(raw.receive_messages(max_messages=1))
     assert json.loads(base64.b64decode(m.content))["queue"] == "work"
+
+
+def test_a_ring_logs_nothing_at_information(azurite: Azurite, caplog: pytest.LogCaptureFixture) -> None:
+    # The SDK's HTTP logging policy writes each request and response (URL, headers) at INFO: about
+    # a dozen lines per ring, on Azure billed as traces. The doorbell's client keeps it to warnings.
+    from functions.doorbell import AzureQueueSender, queue_client
+
+    name = new_queue_name()
+    sender = AzureQueueSender(queue_client(name, {"ChokaqDoorbell": azurite.connection_string}))
+    sender("work", 0)  # the first ring creates the queue
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG):
+        for _ in range(3):
+            sender("work", 0)
+    chatty = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert chatty == [], [f"{r.name}: {r.getMessage()[:80]}" for r in chatty]
+    raw = QueueClient.from_connection_string(azurite.connection_string, name)
+    assert len(list(raw.receive_messages(max_messages=10))) == 4  # every ring still went out

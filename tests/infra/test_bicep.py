@@ -289,7 +289,7 @@ def test_worker_identity_gets_acr_pull() -> None:
 # --- Function App --------------------------------------------------------------------------------
 
 
-def test_function_app_is_flex_consumption_python_311() -> None:
+def test_function_app_is_flex_consumption_python_311_to_313() -> None:
     _, parsed, site = _function_app()
     (plan,) = resources_of_type(parsed, "Microsoft.Web/serverfarms")
     assert plan["config"]["sku"]["name"] == "FC1"
@@ -298,7 +298,13 @@ def test_function_app_is_flex_consumption_python_311() -> None:
     assert site["kind"] == "functionapp,linux"
     assert site["identity"]["type"] in ("SystemAssigned", "SystemAssigned, UserAssigned")
     config = site["properties"]["functionAppConfig"]
-    assert config["runtime"] == {"name": "python", "version": "3.11"}
+    assert config["runtime"] == {"name": "python", "version": "pythonVersion"}
+    version = parsed["parameters"]["pythonVersion"]
+    allowed = next(d["argument"] for d in version["decorators"] if d["type"] == "allowed")
+    # The versions requirements.txt is resolved for (Makefile) and .ci/run checks with each one's pip.
+    assert (allowed, version["default"]) == (["3.11", "3.12", "3.13"], "3.11")
+    main = parse_bicep(MAIN_BICEP)["parameters"]["functionsPythonVersion"]
+    assert next(d["argument"] for d in main["decorators"] if d["type"] == "allowed") == allowed
     storage = config["deployment"]["storage"]
     assert storage["type"] == "blobContainer"
     assert storage["authentication"]["type"] == "SystemAssignedIdentity"

@@ -73,6 +73,22 @@ def test_held_jobs_are_cancelled_only_when_asked_and_the_fence_refuses_their_wor
     assert {r["worker"] for r in audit[0]["details"]["was_running"]} == {"w", "w2"}
 
 
+def test_a_cancel_reason_is_stored_redacted_and_storable(s: Storage) -> None:
+    # An operator pastes what they have: a URL with its password, a NUL, half a surrogate pair.
+    # PostgreSQL refuses NUL in text, so before the fix the whole cancel failed there.
+    (proc,) = running(s)
+    reason = "db postgresql://app:hunter2@db.internal/jobs down\x00 \ud800 see ticket"
+    res = AdminStore(s).cancel([proc.id], OPS, running=True, reason=reason)
+    assert res.affected == 1
+    dead = s.get_job(proc.id)
+    assert dead is not None and dead.error_details is not None
+    head = dead.error_details.splitlines()[0]
+    assert "hunter2" not in dead.error_details and "\x00" not in dead.error_details
+    assert head.startswith("Cancelled by ops:alice: db postgresql://app:") and "see ticket" in head
+    rows, _ = AdminStore(s).list_audit(job_id=proc.id)
+    assert rows and "hunter2" not in json.dumps([r["details"] for r in rows])
+
+
 def test_bad_cancel_requests_are_refused_whole(s: Storage) -> None:
     (proc,) = running(s)
     admin = AdminStore(s)

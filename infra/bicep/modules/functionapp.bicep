@@ -1,4 +1,4 @@
-// Function App on Flex Consumption (FC1, Linux, Python 3.11) with a system-assigned identity.
+// Function App on Flex Consumption (FC1, Linux, Python 3.11, 3.12 or 3.13) with a system-assigned identity.
 // It hosts the chokaq timer functions (sweep, retention), the HTTP admin API and, with a
 // doorbell queue, the queue-triggered `wake` function.
 // Host storage and the deployment package use the identity: there is no storage key anywhere.
@@ -84,6 +84,14 @@ param maximumInstanceCount int = 40
   4096
 ])
 param instanceMemoryMB int = 2048
+
+@description('Python version. requirements.txt is one lock resolved for each of these.')
+@allowed([
+  '3.11'
+  '3.12'
+  '3.13'
+])
+param pythonVersion string = '3.11'
 
 @description('Tags applied to every resource.')
 param tags object = {}
@@ -218,7 +226,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
       }
       runtime: {
         name: 'python'
-        version: '3.11'
+        version: pythonVersion
       }
     }
   }
