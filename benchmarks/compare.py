@@ -97,6 +97,14 @@ def parse_args() -> Any:
         help="also run the chokaq of an older checkout DIR (a git worktree with its own .venv), interleaved "
         "and paired with chokaq C=40 on PostgreSQL: before/after in one run",
     )
+    p.add_argument(
+        "--baseline-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment of the --baseline runs only (repeatable): e.g. the same checkout as baseline with "
+        "CHOKAQ_BENCH_IDLE_SCHEDULES=0 while this run has 20",
+    )
     p.add_argument("--json", action="store_true", help="also print one JSON object per row and per round")
     p.add_argument("--hard-timeout", type=float, default=2400.0)
     args = p.parse_args()
@@ -113,7 +121,8 @@ def build_systems(args: Any, s: Settings) -> list[System]:
     if not args.no_peers:
         systems += peer_systems(args.bench_python, args.oban_python, s)
     if args.baseline:
-        systems.append(baseline_system(args.baseline, 40))
+        env = dict(kv.split("=", 1) for kv in args.baseline_env)
+        systems.append(baseline_system(args.baseline, 40, env))
     return systems
 
 

@@ -61,9 +61,12 @@ class Settings:
     gap_ms: float
 
 
-def run_peer(py: str, script: str, extra: list[str], timeout: float = 400.0) -> list[dict[str, Any]]:
+def run_peer(
+    py: str, script: str, extra: list[str], timeout: float = 400.0, env: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     cmd = [py, os.path.join(ROOT, script), *extra, "--json"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    environ = {**os.environ, **env} if env else None
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=environ)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr[-2000:]}")
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -121,6 +124,7 @@ class PeerSystem:
     label: str = ""
     backend_label: str = ""
     srv_tx_per_job: dict[str, float | None] = field(default_factory=dict)  # mode -> xact_commit / N, round 1
+    env: dict[str, str] = field(default_factory=dict)  # environment of its runs, over this process's
 
     @property
     def key(self) -> str:
@@ -140,7 +144,10 @@ class PeerSystem:
     def run_round(self, s: Settings, mode: str, rnd: int) -> dict[str, float]:
         keep = ["--keep-db"] if rnd == 1 else []
         row = run_peer(
-            self.python, self.script, [*self._args(s, mode, s.jobs), "--rounds", "1", "--latency-jobs", "0", *keep]
+            self.python,
+            self.script,
+            [*self._args(s, mode, s.jobs), "--rounds", "1", "--latency-jobs", "0", *keep],
+            env=self.env,
         )[0]
         self.label, self.backend_label = row["system"], row["backend"]
         if rnd == 1:
@@ -161,7 +168,7 @@ class PeerSystem:
             "--gap-ms",
             str(s.gap_ms),
         ]
-        row = run_peer(self.python, self.script, extra)[0]
+        row = run_peer(self.python, self.script, extra, env=self.env)[0]
         self.label, self.backend_label = row["system"], row["backend"]
         return row
 
@@ -213,7 +220,7 @@ class BaselineSystem(PeerSystem):
         return row
 
 
-def baseline_system(root: str, c: int) -> BaselineSystem:
+def baseline_system(root: str, c: int, env: dict[str, str] | None = None) -> BaselineSystem:
     """chokaq as an older checkout ``root`` has it (``git worktree add DIR <commit>`` and its own
     ``make .venv/.installed``), run by *this* checkout's throughput.py copied there, so both sides are
     measured alike; paired round by round with chokaq C=``c`` on PostgreSQL (before/after figures)."""
@@ -226,6 +233,9 @@ def baseline_system(root: str, c: int) -> BaselineSystem:
         # The old checkout's own harness may predate what the table reports: bring this one.
         shutil.copytree(os.path.join(ROOT, "benchmarks"), os.path.join(root, "benchmarks"), dirs_exist_ok=True)
     base.label, base.backend_label = base.name, "-"
+    base.env = dict(env or {})
+    if base.env:
+        base.name += "[" + ",".join(f"{k}={v}" for k, v in sorted(base.env.items())) + "]"
     return base
 
 

@@ -105,3 +105,114 @@ def test_an_error_the_policy_calls_hopeless_abandons_the_outcome_to_the_sweep(st
     assert len(seen["abandoned"]) == 1
     assert seen["counts"].succeeded == 0
     assert seen["job"].status is JobStatus.PROCESSING  # left for zombie rescue, not half-moved
+
+
+class Gated:
+    """The worker's store with each batch of successes held until the test lets it through, so
+    the test decides when a write is in flight and when it returns."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.batches: list[int] = []  # the size of each write, in the order they began
+        self.gates: list[asyncio.Event] = []
+
+    async def complete(self, done: Any) -> set[str]:
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        self.batches.append(len(done))
+        await gate.wait()
+        moved: set[str] = await self.inner.complete(done)
+        return moved
+
+    async def fail(self, *args: Any) -> bool:
+        return bool(await self.inner.fail(*args))
+
+    async def retry(self, *args: Any) -> bool:
+        return bool(await self.inner.retry(*args))
+
+    async def reschedule(self, leases: Any) -> list[str]:
+        return list(await self.inner.reschedule(leases))
+
+
+async def settle() -> None:
+    # Let every woken loop take its turn (no timing: each notify is handled within a few passes).
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
+async def until_batches(gated: Gated, n: int) -> None:
+    while len(gated.batches) < n:
+        await asyncio.sleep(0.001)
+
+
+def test_a_second_write_overlaps_only_once_enough_outcomes_wait(store: Storage) -> None:
+    store.enqueue_all([EnqueueRequest(type="t", payload="{}") for _ in range(6)])
+    records = store.fetch("w1", 6, start=True)
+    seen: dict[str, Any] = {"recorded": [], "abandoned": [], "conflicts": 0}
+    worker_store = store.for_worker("w1")
+    gated = Gated(worker_store)
+    completer = Completer(gated, Owner(seen), Outage(60), WorkerStats(), writers=2, overlap_from=3)
+    done = [outcomes.succeeded(r, r.lease) for r in records]
+
+    async def scenario() -> None:
+        loops = [asyncio.create_task(completer.run()) for _ in range(completer.writers)]
+        completer.put(done[0])
+        await until_batches(gated, 1)
+        completer.put(done[1])
+        completer.put(done[2])
+        await settle()
+        assert gated.batches == [1]  # two waiting: fewer than overlap_from, so they wait their turn
+        completer.put(done[3])
+        await until_batches(gated, 2)
+        assert gated.batches == [1, 3]  # three waiting: a second write goes out beside the first
+        completer.put(done[4])
+        completer.put(done[5])
+        await settle()
+        assert gated.batches == [1, 3]  # both writers busy
+        gated.gates[0].set()
+        await settle()
+        assert gated.batches == [1, 3]  # one still in flight, two waiting: still below overlap_from
+        gated.gates[1].set()
+        await until_batches(gated, 3)
+        assert gated.batches == [1, 3, 2]  # no write in flight: whatever waits goes
+        gated.gates[2].set()
+        while len(seen["recorded"]) < 6:
+            await asyncio.sleep(0.001)
+        for loop in loops:
+            loop.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+
+    asyncio.run(scenario())
+    worker_store.close()
+    assert seen["abandoned"] == [] and seen["conflicts"] == 0
+    assert {store.get_job(r.id).location for r in records} == {Location.ARCHIVE}
+
+
+def test_one_writer_never_has_two_writes_in_flight(store: Storage) -> None:
+    store.enqueue_all([EnqueueRequest(type="t", payload="{}") for _ in range(6)])
+    records = store.fetch("w1", 6, start=True)
+    seen: dict[str, Any] = {"recorded": [], "abandoned": [], "conflicts": 0}
+    worker_store = store.for_worker("w1")
+    gated = Gated(worker_store)
+    completer = Completer(gated, Owner(seen), Outage(60), WorkerStats(), writers=1, overlap_from=1)
+
+    async def scenario() -> None:
+        loop = asyncio.create_task(completer.run())
+        completer.put(outcomes.succeeded(records[0], records[0].lease))
+        await until_batches(gated, 1)
+        for r in records[1:]:
+            completer.put(outcomes.succeeded(r, r.lease))
+        await settle()
+        assert gated.batches == [1]
+        gated.gates[0].set()
+        await until_batches(gated, 2)
+        assert gated.batches == [1, 5]
+        gated.gates[1].set()
+        while len(seen["recorded"]) < 6:
+            await asyncio.sleep(0.001)
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+
+    asyncio.run(scenario())
+    worker_store.close()
+    assert {store.get_job(r.id).location for r in records} == {Location.ARCHIVE}
