@@ -11,8 +11,9 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError
-from chokaq.domain.states import FailureReason, Location
+from chokaq.domain.states import Location
 from chokaq.storage.admin_types import JobFilter, Page
+from chokaq.storage.queue_figures import top_error_groups
 from chokaq.storage.records import archive_record, dlq_record, hot_record
 from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot
 from chokaq.storage.sqlfuncs import seconds, utc_offset
@@ -167,31 +168,8 @@ class JobListing:
         return self.storage.read(work, op=f"list_{location.value}")
 
     def top_errors(self, limit: int = 10) -> list[dict[str, Any]]:
-        def work(c: Connection) -> list[dict[str, Any]]:
-            rows = c.execute(
-                select(
-                    jobs_dlq.c.Type,
-                    jobs_dlq.c.FailureReason,
-                    func.count().label("n"),
-                    func.max(jobs_dlq.c.FailedAtUtc).label("last"),
-                    func.max(jobs_dlq.c.Id).label("sample"),
-                )
-                .group_by(jobs_dlq.c.Type, jobs_dlq.c.FailureReason)
-                .order_by(func.count().desc())
-                .limit(limit)
-            ).all()
-            return [
-                {
-                    "type": r.Type,
-                    "failure_reason": FailureReason(r.FailureReason).label,
-                    "count": int(r.n),
-                    "last_failed_utc": r.last,
-                    "sample_id": r.sample,
-                }
-                for r in rows
-            ]
-
-        return self.storage.read(work, op="top_errors")
+        """Counted now over the whole DLQ; the API serves :class:`FiguresCache`'s instead."""
+        return self.storage.read(lambda c: top_error_groups(c, limit), op="top_errors")
 
     def recent_rates(self, minutes: Sequence[int] = (1, 5, 15)) -> dict[str, dict[str, int]]:
         """Jobs archived and dead-lettered in the last N minutes (served by the time indexes)."""
