@@ -100,8 +100,7 @@ class JobListing:
         return self.storage.read(work, op="list_audit")
 
     # ------------------------------------------------------------------ listing
-    @staticmethod
-    def where(location: Location, f: JobFilter) -> list[ColumnElement[bool]]:
+    def where(self, location: Location, f: JobFilter) -> list[ColumnElement[bool]]:
         t = TABLES[location]
         conds: list[ColumnElement[bool]] = []
         if f.queue:
@@ -124,11 +123,20 @@ class JobListing:
         if f.to_utc:
             conds.append(ts <= f.to_utc)
         if f.search:
-            fields = [t.c.Id, t.c.Type, t.c.Tags]
-            if location is Location.DLQ:
-                fields.append(t.c.ErrorDetails)
-            conds.append(or_(*(contains(col, f.search, ignore_case=True) for col in fields)))
+            conds.append(self.search(location, t, f.search))
         return conds
+
+    def search(self, location: Location, t: Table, needle: str) -> ColumnElement[bool]:
+        """Id, type, tags (and a dead job's error text) contain ``needle``, any case. The DLQ's is
+        served by an index where the database has one (dialects/search_indexes.py); the same rows
+        match either way."""
+        indexed = self.storage.profile.dlq_search(needle) if location is Location.DLQ else None
+        if indexed is not None:
+            return indexed
+        fields = [t.c.Id, t.c.Type, t.c.Tags]
+        if location is Location.DLQ:
+            fields.append(t.c.ErrorDetails)
+        return or_(*(contains(col, needle, ignore_case=True) for col in fields))
 
     def list_jobs(
         self,
@@ -198,5 +206,7 @@ def contains(col: ColumnElement[Any], needle: str, *, ignore_case: bool = False)
     """
     escaped = needle.replace("/", "//").replace("%", "/%").replace("_", "/_")
     if ignore_case:
-        return func.lower(col).like(f"%{escaped.lower()}%", escape="/")
+        # lower() typed as its column: the pattern is then sent as NVARCHAR where the column is
+        # one (SQL Server), not as the VARCHAR of a generic string, which loses other scripts.
+        return func.lower(col, type_=col.type).like(f"%{escaped.lower()}%", escape="/")
     return col.like(f"%{escaped}%", escape="/")
