@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Table, func, or_, select
@@ -16,7 +17,6 @@ from chokaq.storage.admin_types import JobFilter, Page
 from chokaq.storage.queue_figures import top_error_groups
 from chokaq.storage.records import archive_record, dlq_record, hot_record
 from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot
-from chokaq.storage.sqlfuncs import seconds, utc_offset
 from chokaq.storage.statements import status_is
 from chokaq.storage.store import Storage
 
@@ -184,8 +184,11 @@ class JobListing:
 
         def work(c: Connection) -> dict[str, dict[str, int]]:
             out: dict[str, dict[str, int]] = {}
+            # The bound is a value from the database's clock, not ``now() - n``: PostgreSQL's
+            # clock_timestamp() is volatile, and an index cannot serve a bound that is.
+            now = self.storage.db_now(c)
             for m in minutes:
-                since = utc_offset(seconds(-60.0 * m))
+                since = now - timedelta(minutes=m)
                 done = c.execute(
                     select(func.count()).select_from(jobs_archive).where(jobs_archive.c.FinishedAtUtc >= since)
                 ).scalar_one()

@@ -59,3 +59,18 @@ def test_the_dlq_search_falls_back_to_like_on_sql_server(mssql: Storage, recorde
     # a needle in another script reaches the server as question marks.
     assert [size[0] for size in count.inputsizes or []][:4] == [SQL_VARCHAR, SQL_WVARCHAR, SQL_WVARCHAR, SQL_WVARCHAR]
     assert page.sql.startswith("SELECT chokaq.[JobsDLQ].[Id]")
+
+
+def test_the_recent_rates_bound_is_a_value_from_the_database_clock(mssql: Storage, recorder: Recorder) -> None:
+    recorder.answer(r"^SELECT SYSUTCDATETIME\(\)", [(NOW,)])
+    for _ in range(6):
+        recorder.answer(r"^SELECT count\(\*\)", [(0,)])
+    rates = AdminStore(mssql).recent_rates()
+    assert rates["1m"] == {"succeeded": 0, "failed": 0}
+    now, *counts = one_transaction(recorder)
+    assert now.sql.startswith("SELECT SYSUTCDATETIME()") and len(counts) == 6
+    assert counts[0].sql.endswith("WHERE chokaq.[JobsArchive].[FinishedAtUtc] >= ?")
+    assert counts[1].sql.endswith("WHERE chokaq.[JobsDLQ].[FailedAtUtc] >= ?")
+    assert [c.params for c in counts[:2]] == [[(datetime(2025, 12, 31, 23, 59),)]] * 2
+    # A value, typed by pyodbc from the Python datetime (no describe round trip): an index seek.
+    assert all(c.describes == 0 for c in counts)

@@ -214,3 +214,41 @@ def test_the_api_says_whether_its_sizes_were_counted_now(db_url: str) -> None:
         assert body["figures"]["hot_exact"] is True  # JobsHot is empty: nothing to count
         assert body["figures"]["counted_at_utc"].endswith("Z") and body["figures"]["age_seconds"] >= 0
         assert next(q for q in body["queues"] if q["queue"] == f"q{limit}")["dlq_size"] == 2
+
+
+def test_the_recent_rates_are_read_through_the_time_indexes(pg_url: str) -> None:
+    """The rates' bound was ``clock_timestamp() - n min``: volatile, so PostgreSQL compared it row
+    by row and read the whole DLQ and archive three times a call (0.3 s at 100,000 dead jobs)."""
+    from sqlalchemy import event, text
+
+    from chokaq.storage import Storage
+
+    storage = Storage(pg_url)
+    storage.upgrade()
+    make_dead(storage, 3)
+    sent: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool) -> None:
+        sent.append((statement, params))
+
+    event.listen(storage.engine, "before_cursor_execute", record)
+    try:
+        rates = AdminStore(storage).recent_rates()
+    finally:
+        event.remove(storage.engine, "before_cursor_execute", record)
+    assert rates["15m"] == {"succeeded": 0, "failed": 3}
+    counts = [(s, p) for s, p in sent if s.startswith("SELECT count(*)")]
+    assert len(counts) == 6
+    try:
+        with storage.engine.connect() as c:
+            c.execute(text("SET enable_seqscan = off"))  # three rows: ask whether an index *can* serve it
+            for statement, params in counts:
+                raw = c.connection.driver_connection
+                assert raw is not None
+                cur = raw.cursor()
+                cur.execute("EXPLAIN " + statement, params)
+                plan = "\n".join(r[0] for r in cur.fetchall())
+                bounded = [line for line in plan.splitlines() if "Index Cond" in line]
+                assert any("FailedAtUtc" in line or "FinishedAtUtc" in line for line in bounded), plan
+    finally:
+        storage.close()
