@@ -167,7 +167,8 @@ def run(db: str, dead: int, pending: int, calls: int, tmp: Path) -> dict[str, tu
             xs = time_calls(lambda: stats_snapshot(client.app.state.figures), calls)  # type: ignore[attr-defined]
             results["stream tick (stats snapshot)"] = (statistics.median(xs), pct(xs, 0.95))
             # What a large table's full count costs when it falls due (at most once a minute).
-            recount = FiguresCache(app.storage, exact_limit=0, max_age=1e-9, duty=1.0)
+            # (A duty this large makes every read due: each call counts both tables in full.)
+            recount = FiguresCache(app.storage, exact_limit=0, max_age=1e-9, duty=1e12)
             xs = time_calls(recount.read, calls)
             results["full recount (due at most every 60 s)"] = (statistics.median(xs), pct(xs, 0.95))
         app.close()
