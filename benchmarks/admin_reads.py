@@ -29,12 +29,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, func, select, text
 
 from chokaq import ChokaQ
 from chokaq.api import create_api
 from chokaq.api.events import stats_snapshot
 from chokaq.storage.figures_cache import FiguresCache
+from chokaq.storage.schema import jobs_dlq
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 TOKEN = "bench-admin-token-0123456789"
@@ -66,12 +67,16 @@ def seed_sql(dialect: str, dead: int, pending: int) -> list[str]:
         now = "(now() AT TIME ZONE 'utc')"
         ago = "{now} - make_interval(secs => i)"
         pad = "lpad(i::text, 20, '0')"
+        # ULID-like: 26 characters, as random as a ULID's (a zero-padded counter would make every
+        # id share most of its trigrams, which no real id does).
+        ident = "'01' || upper(substr(md5(i::text), 1, 24))"
         cat = "||"
     else:
         series = "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < {n}) SELECT i FROM s"
         now = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
         ago = "strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || i || ' seconds')"
         pad = "printf('%020d', i)"
+        ident = "'01' || upper(hex(randomblob(12)))"
         cat = "||"
     ago = ago.format(now=now)
     schema = '"chokaq".' if dialect == "postgresql" else ""  # SQLite: chokaq's tables carry no schema
@@ -82,7 +87,7 @@ def seed_sql(dialect: str, dead: int, pending: int) -> list[str]:
     dlq = (
         f'INSERT INTO {schema}"JobsDLQ" ("Id", "Queue", "Type", "Payload", "Tags", "FailureReason", '
         '"ErrorDetails", "AttemptCount", "WorkerId", "CreatedAtUtc", "FailedAtUtc") '
-        f"SELECT 'DEAD' {cat} {pad}, 'q' {cat} (i % {QUEUES}), 'type_' {cat} (i % {TYPES}), "
+        f"SELECT {ident}, 'q' {cat} (i % {QUEUES}), 'type_' {cat} (i % {TYPES}), "
         f"'{{\"n\": ' {cat} i {cat} '}}', 'tenant-' {cat} (i % 100), i % 11, {error}, 3, 'w-' {cat} (i % 8), "
         f"{ago}, {ago} FROM ({series.format(n=dead)}) AS s"
     )
@@ -153,7 +158,8 @@ def run(db: str, dead: int, pending: int, calls: int, tmp: Path) -> dict[str, tu
         took = seed(url, dead, pending)
         print(f"# {db}: seeded {dead:,} dead + {pending:,} pending in {took:.1f} s", file=sys.stderr)
         results: dict[str, tuple[float, float]] = {}
-        dead_id = f"DEAD{max(1, dead // 2):020d}"
+        with app.storage.engine.connect() as c:
+            dead_id = c.execute(select(func.min(jobs_dlq.c.Id))).scalar_one()
         with TestClient(create_api(app)) as client:
             for label, path in READS:
 
