@@ -229,6 +229,21 @@ class AdminSettings(BaseModel):
     event_stream_max_seconds: float = Field(
         default=300.0, gt=0, description="then the client reconnects and is authorised again"
     )
+    exact_count_limit: int = Field(
+        default=10_000,
+        ge=0,
+        le=10_000_000,
+        description="Admin.ExactCountLimit: JobsHot and JobsDLQ up to this many rows are counted on every "
+        "stats read; a larger table is counted at most every Admin.LargeCountMaxAge seconds and shown with "
+        "its age (docs/admin-figures.md)",
+    )
+    large_count_max_age: float = Field(
+        default=60.0,
+        gt=0,
+        le=86_400,
+        description="Admin.LargeCountMaxAge: seconds a full count of a large table is served before it is "
+        "taken again (and never more often than keeps counting under 2% of one connection's time)",
+    )
 
 
 class FunctionsSettings(BaseModel):

@@ -34,6 +34,7 @@ from chokaq.operations.service import Operations
 from chokaq.redact import redact
 from chokaq.runtime.app import ChokaQ
 from chokaq.storage import AdminStore
+from chokaq.storage.figures_cache import FiguresCache
 
 log = logging.getLogger("chokaq.api")
 
@@ -141,6 +142,10 @@ def create_api(chokaq_app: ChokaQ, *, dev_open: bool = False, allowed_hosts: Seq
     api.add_middleware(RequestGate, authenticator=authenticator, allowed_hosts=hosts or None)
     api.state.chokaq = chokaq_app
     api.state.admin_store = AdminStore(chokaq_app.storage)
+    admin = chokaq_app.settings.admin
+    api.state.figures = FiguresCache(
+        chokaq_app.storage, exact_limit=admin.exact_count_limit, max_age=admin.large_count_max_age
+    )
     api.state.operations = Operations(chokaq_app, api.state.admin_store)
     api.state.authenticator = authenticator
     api.state.dev_open = dev_open

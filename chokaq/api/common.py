@@ -16,6 +16,7 @@ from chokaq.domain.models import check_payload_text, encode_payload
 from chokaq.operations.service import Operations
 from chokaq.runtime.app import ChokaQ
 from chokaq.storage import Actor, AdminStore
+from chokaq.storage.figures_cache import FiguresCache
 
 Viewer = Annotated[Principal, Depends(require(VIEWER))]
 Operator = Annotated[Principal, Depends(require(OPERATOR))]
@@ -46,6 +47,11 @@ def chokaq_app(request: Request) -> ChokaQ:
 def admin_store(request: Request) -> AdminStore:
     store: AdminStore = request.app.state.admin_store
     return store
+
+
+def figures(request: Request) -> FiguresCache:
+    cache: FiguresCache = request.app.state.figures
+    return cache
 
 
 def operations(request: Request) -> Operations:

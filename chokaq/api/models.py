@@ -20,8 +20,9 @@ from pydantic import (
 
 from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError
-from chokaq.operations.job_out import JobOut
+from chokaq.operations.job_out import JobOut, iso
 from chokaq.runtime.events import EventKind
+from chokaq.storage.figures_cache import Figures
 
 __all__ = ["JobOut"]  # the public job shape lives beside the operations: the CLI prints it without FastAPI
 
@@ -115,9 +116,28 @@ class TopErrorOut(BaseModel):
     sample_id: str | None
 
 
+class FiguresOut(BaseModel):
+    """How fresh the sizes are: large tables are counted at most every Admin.LargeCountMaxAge."""
+
+    hot_exact: bool = Field(description="pending/fetched/processing counted by this call")
+    dlq_exact: bool = Field(description="dlq_size and top_errors counted by this call")
+    counted_at_utc: str | None = Field(description="when the oldest count shown was taken")
+    age_seconds: float
+
+
+def figures_out(f: Figures) -> FiguresOut:
+    return FiguresOut(
+        hot_exact=f.hot_exact,
+        dlq_exact=f.dlq_exact,
+        counted_at_utc=iso(f.counted_at_utc),
+        age_seconds=round(f.age_seconds, 3),
+    )
+
+
 class StatsOut(BaseModel):
     queues: list[QueueStatsOut]
     totals: TotalsOut
+    figures: FiguresOut
     rates: dict[str, dict[str, int]] = Field(description="jobs archived/dead-lettered in the last 1, 5, 15 min")
     top_errors: list[TopErrorOut]
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from chokaq.api.common import ERRORS, Admin, Viewer, actor, admin_store, chokaq_app, operations
+from chokaq.api.common import ERRORS, Admin, Viewer, actor, admin_store, chokaq_app, figures, operations
 from chokaq.api.models import (
     ArchivePurgeIn,
     ArchivePurgeOut,
@@ -21,6 +21,7 @@ from chokaq.api.models import (
     Text,
     TopErrorOut,
     TotalsOut,
+    figures_out,
     naive_utc,
 )
 from chokaq.domain import limits
@@ -48,12 +49,12 @@ def health(request: Request) -> Any:
 
 @router.get("/stats", response_model=StatsOut, tags=["system"], responses=ERRORS)
 def stats(request: Request, who: Viewer) -> StatsOut:
-    app = chokaq_app(request)
-    store = admin_store(request)
-    rows = app.storage.queue_stats()
+    """Per-queue sizes and totals, recent rates, the top error groups. Sizes of a table larger than
+    Admin.ExactCountLimit come from a count at most Admin.LargeCountMaxAge old (``figures`` says)."""
+    f = figures(request).read()
     queues = []
     totals = TotalsOut()
-    for s in rows:
+    for s in f.queues:
         d = asdict(s)
         d["last_activity_utc"] = iso(s.last_activity_utc)
         queues.append(QueueStatsOut(**d))
@@ -63,8 +64,14 @@ def stats(request: Request, who: Viewer) -> StatsOut:
             totals.oldest_pending_lag_seconds = max(
                 totals.oldest_pending_lag_seconds or 0.0, s.oldest_pending_lag_seconds
             )
-    top = [TopErrorOut(**{**e, "last_failed_utc": iso(e["last_failed_utc"])}) for e in store.top_errors()]
-    return StatsOut(queues=queues, totals=totals, rates=store.recent_rates(), top_errors=top)
+    top = [TopErrorOut(**{**e, "last_failed_utc": iso(e["last_failed_utc"])}) for e in f.top_errors]
+    return StatsOut(
+        queues=queues,
+        totals=totals,
+        figures=figures_out(f),
+        rates=admin_store(request).recent_rates(),
+        top_errors=top,
+    )
 
 
 @router.get("/audit", response_model=AuditPageOut, tags=["system"], responses=ERRORS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Table, func, or_, select
@@ -11,11 +12,11 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError
-from chokaq.domain.states import FailureReason, Location
+from chokaq.domain.states import Location
 from chokaq.storage.admin_types import JobFilter, Page
+from chokaq.storage.queue_figures import top_error_groups
 from chokaq.storage.records import archive_record, dlq_record, hot_record
 from chokaq.storage.schema import NOTES_COLUMNS, audit_log, jobs_archive, jobs_dlq, jobs_hot
-from chokaq.storage.sqlfuncs import seconds, utc_offset
 from chokaq.storage.statements import status_is
 from chokaq.storage.store import Storage
 
@@ -100,8 +101,7 @@ class JobListing:
         return self.storage.read(work, op="list_audit")
 
     # ------------------------------------------------------------------ listing
-    @staticmethod
-    def where(location: Location, f: JobFilter) -> list[ColumnElement[bool]]:
+    def where(self, location: Location, f: JobFilter) -> list[ColumnElement[bool]]:
         t = TABLES[location]
         conds: list[ColumnElement[bool]] = []
         if f.queue:
@@ -124,11 +124,20 @@ class JobListing:
         if f.to_utc:
             conds.append(ts <= f.to_utc)
         if f.search:
-            fields = [t.c.Id, t.c.Type, t.c.Tags]
-            if location is Location.DLQ:
-                fields.append(t.c.ErrorDetails)
-            conds.append(or_(*(contains(col, f.search, ignore_case=True) for col in fields)))
+            conds.append(self.search(location, t, f.search))
         return conds
+
+    def search(self, location: Location, t: Table, needle: str) -> ColumnElement[bool]:
+        """Id, type, tags (and a dead job's error text) contain ``needle``, any case. The DLQ's is
+        served by an index where the database has one (dialects/search_indexes.py); the same rows
+        match either way."""
+        indexed = self.storage.profile.dlq_search(needle) if location is Location.DLQ else None
+        if indexed is not None:
+            return indexed
+        fields = [t.c.Id, t.c.Type, t.c.Tags]
+        if location is Location.DLQ:
+            fields.append(t.c.ErrorDetails)
+        return or_(*(contains(col, needle, ignore_case=True) for col in fields))
 
     def list_jobs(
         self,
@@ -169,39 +178,19 @@ class JobListing:
         return self.storage.read(work, op=f"list_{location.value}")
 
     def top_errors(self, limit: int = 10) -> list[dict[str, Any]]:
-        def work(c: Connection) -> list[dict[str, Any]]:
-            rows = c.execute(
-                select(
-                    jobs_dlq.c.Type,
-                    jobs_dlq.c.FailureReason,
-                    func.count().label("n"),
-                    func.max(jobs_dlq.c.FailedAtUtc).label("last"),
-                    func.max(jobs_dlq.c.Id).label("sample"),
-                )
-                .group_by(jobs_dlq.c.Type, jobs_dlq.c.FailureReason)
-                .order_by(func.count().desc())
-                .limit(limit)
-            ).all()
-            return [
-                {
-                    "type": r.Type,
-                    "failure_reason": FailureReason(r.FailureReason).label,
-                    "count": int(r.n),
-                    "last_failed_utc": r.last,
-                    "sample_id": r.sample,
-                }
-                for r in rows
-            ]
-
-        return self.storage.read(work, op="top_errors")
+        """Counted now over the whole DLQ; the API serves :class:`FiguresCache`'s instead."""
+        return self.storage.read(lambda c: top_error_groups(c, limit), op="top_errors")
 
     def recent_rates(self, minutes: Sequence[int] = (1, 5, 15)) -> dict[str, dict[str, int]]:
         """Jobs archived and dead-lettered in the last N minutes (served by the time indexes)."""
 
         def work(c: Connection) -> dict[str, dict[str, int]]:
             out: dict[str, dict[str, int]] = {}
+            # The bound is a value from the database's clock, not ``now() - n``: PostgreSQL's
+            # clock_timestamp() is volatile, and an index cannot serve a bound that is.
+            now = self.storage.db_now(c)
             for m in minutes:
-                since = utc_offset(seconds(-60.0 * m))
+                since = now - timedelta(minutes=m)
                 done = c.execute(
                     select(func.count()).select_from(jobs_archive).where(jobs_archive.c.FinishedAtUtc >= since)
                 ).scalar_one()
@@ -222,5 +211,7 @@ def contains(col: ColumnElement[Any], needle: str, *, ignore_case: bool = False)
     """
     escaped = needle.replace("/", "//").replace("%", "/%").replace("_", "/_")
     if ignore_case:
-        return func.lower(col).like(f"%{escaped.lower()}%", escape="/")
+        # lower() typed as its column: the pattern is then sent as NVARCHAR where the column is
+        # one (SQL Server), not as the VARCHAR of a generic string, which loses other scripts.
+        return func.lower(col, type_=col.type).like(f"%{escaped.lower()}%", escape="/")
     return col.like(f"%{escaped}%", escape="/")

@@ -53,15 +53,15 @@ def _stats_messages(client: httpx.Client, url: str, headers: dict[str, str], n: 
 
 
 def test_streams_share_one_stats_poll(served: tuple[ChokaQ, Any, ThreadServer]) -> None:
-    app, api, server = served
+    _app, api, server = served
     calls = {"n": 0}
-    real = app.storage.queue_stats
+    real = api.state.figures.read
 
     def counting() -> Any:
         calls["n"] += 1
         return real()
 
-    app.storage.queue_stats = counting  # type: ignore[method-assign]  # a spy on the real query
+    api.state.figures.read = counting  # a spy on the real figures read
     received: list[int] = []
     tokens = [VIEWER, ADMIN, OPS, VIEWER]
     with httpx.Client(timeout=30) as client:

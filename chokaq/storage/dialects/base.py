@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import Column, Connection, Engine, Table, text
 from sqlalchemy.engine import URL, Dialect
+from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.storage.schema import SCHEMA
 
@@ -190,6 +191,19 @@ class Profile:
     def script_preamble(self, dialect: Dialect) -> list[str]:
         """Statements a plain DDL script starts with."""
         return []
+
+    def create_search_indexes(self, conn: Connection) -> None:
+        """Migration 11: what serves the DLQ search here (dialects/search_indexes.py); nothing
+        where no index can serve a substring search."""
+
+    def search_script(self) -> list[str]:
+        """Migration 11's statements in a plain DDL script."""
+        return []
+
+    def dlq_search(self, needle: str) -> ColumnElement[bool] | None:
+        """A condition for "a searched DLQ column contains ``needle``" that an index of this
+        database serves, or None: the portable ``lower(col) LIKE`` (which pg_trgm serves)."""
+        return None
 
     script_now: ClassVar[str] = "CURRENT_TIMESTAMP"
 

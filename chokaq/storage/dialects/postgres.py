@@ -24,6 +24,7 @@ from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.schema import CreateSchema
 
 from chokaq.storage.dialects.base import EngineOptions, Profile, on_conflict_upsert
+from chokaq.storage.dialects.search_indexes import create_postgres_search, postgres_trigram_indexes
 from chokaq.storage.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -136,3 +137,9 @@ class PostgresProfile(Profile):
 
     def script_preamble(self, dialect: Dialect) -> list[str]:
         return [str(CreateSchema(SCHEMA, if_not_exists=True).compile(dialect=dialect)).strip()]
+
+    def create_search_indexes(self, conn: Connection) -> None:
+        create_postgres_search(conn)
+
+    def search_script(self) -> list[str]:
+        return ["CREATE EXTENSION IF NOT EXISTS pg_trgm", *postgres_trigram_indexes()]

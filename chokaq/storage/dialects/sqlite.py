@@ -20,8 +20,10 @@ from sqlalchemy import Column, Connection, Engine, Table, create_engine, event, 
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.pool import NullPool
+from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.storage.dialects.base import EngineOptions, Profile, nullable_column, on_conflict_upsert
+from chokaq.storage.dialects.search_indexes import create_sqlite_search, fts_search, sqlite_fts
 from chokaq.storage.schema import SCHEMA
 
 
@@ -59,6 +61,15 @@ class SqliteProfile(Profile):
             return
         _, definition = nullable_column(conn, table, column)  # no schemas: the bare table name
         conn.execute(text(f"ALTER TABLE {conn.dialect.identifier_preparer.quote(table.name)} ADD COLUMN {definition}"))
+
+    def create_search_indexes(self, conn: Connection) -> None:
+        create_sqlite_search(conn)
+
+    def search_script(self) -> list[str]:
+        return sqlite_fts()
+
+    def dlq_search(self, needle: str) -> ColumnElement[bool] | None:
+        return fts_search(needle)
 
     # The migration lock: the engine opens write transactions with BEGIN IMMEDIATE, which is it.
 

@@ -67,6 +67,11 @@ export async function loadOverview() {
         { kind: "btn-sm btn-ghost", fkey: `err-sample-${i}` }) : null))));
   replaceKeepingFocus($('[data-testid="overview-errors"]'),
     table(["Type", "Reason", "Count", "Last failed", ""], erows, { empty: "The DLQ is empty.", caption: "Top errors" }));
-  $('[data-testid="overview-updated"]').textContent = `updated ${new Date().toLocaleTimeString()}`;
+  // Large tables are counted at most every Admin.LargeCountMaxAge: say how old their sizes are.
+  const f = s.figures;
+  const reused = f && !(f.hot_exact && f.dlq_exact)
+    ? ` · ${f.dlq_exact ? "Pending" : f.hot_exact ? "DLQ" : "queue"} sizes counted ${fmtDuration(f.age_seconds)} ago`
+    : "";
+  $('[data-testid="overview-updated"]').textContent = `updated ${new Date().toLocaleTimeString()}${reused}`;
   return loadHistory("overview-history", null);
 }

@@ -1,0 +1,37 @@
+"""The Overview says when the queue sizes it shows are a reused count of a large table, and how old
+(Admin.ExactCountLimit, docs/admin-figures.md); it says nothing extra when they were counted now."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.api.helpers import make_dead
+from tests.deck.conftest import build_app, serve
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.mark.parametrize("limit", [0, 10_000], ids=["reused", "exact"])
+def test_the_overview_says_how_old_a_reused_count_is(db_url: str, page: Any, limit: int) -> None:
+    from playwright.sync_api import expect
+
+    app = build_app(db_url)
+    app.settings.admin.exact_count_limit = limit
+    app.storage.upgrade()
+    make_dead(app.storage, 3, queue="notifications")
+    server = serve(app, dev_open=True)
+    try:
+        page.goto(server.url + "/deck/#/overview")
+        expect(page.get_by_test_id("card-dlq-value")).to_have_text("3")
+        updated = page.get_by_test_id("overview-updated")
+        if limit == 0:
+            expect(updated).to_contain_text("DLQ sizes counted")
+            expect(updated).to_contain_text("s ago")
+        else:
+            expect(updated).to_contain_text("updated")
+            expect(updated).not_to_contain_text("counted")
+    finally:
+        server.stop()
+        app.close()

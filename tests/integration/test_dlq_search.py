@@ -1,0 +1,81 @@
+"""The DLQ search (id, type, tags or error text contain the needle, any case) finds the same jobs
+on every database, through the index migration 11 made (pg_trgm, FTS5 trigram), and stays right
+as jobs are dead-lettered, edited, resurrected and purged."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from chokaq.domain.states import Location
+from chokaq.storage import Actor, Storage
+from chokaq.storage.admin import AdminStore
+from chokaq.storage.admin_types import JobEdit, JobFilter
+from tests.api.helpers import make_dead
+
+OPS = Actor("ops@example.com", "admin")
+
+
+def found(admin: AdminStore, needle: str) -> set[str]:
+    page = admin.list_jobs(Location.DLQ, JobFilter(search=needle), page_size=1000)
+    assert page.total == len(page.items)
+    return {j.id for j in page.items}
+
+
+def test_search_finds_substrings_in_any_case_and_follows_the_moves(storage: Storage) -> None:
+    admin = AdminStore(storage)
+    smtp = make_dead(storage, 3, type="mail_v1", details='SMTPError: Upstream 421 Refused "relay"')
+    other = make_dead(storage, 2, type="report_v2", details="ValueError: 100% of rows_x failed")
+    every = set(smtp) | set(other)
+    assert found(admin, "upstream 421") == set(smtp)
+    assert found(admin, "UPSTREAM 421 refused") == set(smtp)
+    assert found(admin, "ail_v") == set(smtp)  # type
+    assert found(admin, smtp[1][3:15].lower()) == {smtp[1]}  # inside an id, any case
+    assert found(admin, '"relay"') == set(smtp)  # quotes are text, not FTS syntax
+    assert found(admin, "100% of rows_x") == set(other)  # LIKE wildcards are text too
+    assert found(admin, "42") == set(smtp)  # shorter than a trigram: read, not looked up
+    assert found(admin, "_") == every
+    assert found(admin, "nowhere at all") == set()
+
+    admin.edit_dlq(other[0], JobEdit(tags="tenant-Acme"), OPS)
+    assert found(admin, "tenant-acme") == {other[0]}
+    admin.resurrect(smtp[0], OPS)
+    admin.purge_dlq(OPS, ids=[smtp[1]])
+    assert found(admin, "upstream 421") == {smtp[2]}
+    # Dead-lettered again: found again (a new row, a new index entry).
+    again = make_dead(storage, 1, type="mail_v1", details="SMTPError: upstream 421 refused")
+    assert found(admin, "upstream 421") == {smtp[2], *again}
+
+
+def test_the_search_is_served_by_an_index(storage: Storage) -> None:
+    make_dead(storage, 2, details="SMTPError: upstream 421 refused")
+    with storage.engine.connect() as c:
+        if storage.dialect == "postgresql":
+            names = {
+                r[0]
+                for r in c.execute(
+                    text("SELECT indexname FROM pg_indexes WHERE schemaname = 'chokaq' AND tablename = 'JobsDLQ'")
+                )
+            }
+            assert {f"IX_JobsDLQ_Search{col}" for col in ("Id", "Type", "Tags", "ErrorDetails")} <= names
+            c.execute(text("SET enable_seqscan = off"))  # two rows: make the planner show it can
+            plan = "\n".join(
+                r[0]
+                for r in c.execute(
+                    text(
+                        'EXPLAIN SELECT count(*) FROM chokaq."JobsDLQ" '
+                        "WHERE lower(\"ErrorDetails\") LIKE '%upstream 421%'"
+                    )
+                )
+            )
+            assert "IX_JobsDLQ_SearchErrorDetails" in plan
+        else:
+            plan = "\n".join(
+                str(r[-1])
+                for r in c.execute(
+                    text(
+                        'EXPLAIN QUERY PLAN SELECT count(*) FROM "JobsDLQ" WHERE "JobsDLQ".rowid IN '
+                        '(SELECT rowid FROM "JobsDLQSearch" WHERE "JobsDLQSearch" MATCH \'"upstream"\')'
+                    )
+                )
+            )
+            assert "VIRTUAL TABLE INDEX" in plan
