@@ -10,9 +10,12 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from chokaq.runtime.steps import StepCall
 
 _CANCEL_LOCK = threading.Lock()
 
@@ -39,6 +42,18 @@ class JobContext:
     _flag: bool = field(default=False, repr=False)
     # Made on first use: most jobs never look, and an Event per job is a lock and a condition.
     _event: threading.Event | None = field(default=None, repr=False)
+    # The step journal (runtime/steps.py): the worker's store, and the run's journal, made at its
+    # first ctx.step (a job without steps pays nothing).
+    _store: Any = field(default=None, repr=False)
+    _journal: Any = field(default=None, repr=False)
+
+    def step(self, name: str, fn: Callable[..., Any] | None = None, /, *args: Any) -> StepCall[Any]:
+        """A journaled step (docs/steps.md): ``await ctx.step(name, fn, *args)`` returns ``fn``'s
+        result, run once per job; ``async with ctx.step(name) as step`` (``with`` in a thread
+        handler) is the block form, whose body runs only ``if not step.done``."""
+        from chokaq.runtime.steps import step_call
+
+        return step_call(self, name, fn, args)
 
     @property
     def cancelled(self) -> threading.Event:

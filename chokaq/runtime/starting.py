@@ -88,7 +88,8 @@ class Starter:
         lag = instruments().queue_lag
         # Looked up once per batch: asking OpenTelemetry for its provider is not free.
         traced = tracing_active()
-        slots, execution, worker_id = self.slots, self.execution, self.store.worker_id
+        slots, execution, store = self.slots, self.execution, self.store
+        worker_id = store.worker_id
         watched: dict[float, list[Running]] = {}  # by timeout: one deadline each for this batch
         timeouts: dict[str, float] = {}  # by job type, for this batch
         for rec in started:
@@ -100,7 +101,12 @@ class Starter:
             if rec.scheduled_at_utc is not None:
                 lag.record(max(0.0, (now - rec.scheduled_at_utc).total_seconds() * 1000), execution.attributes(rec))
             ctx = JobContext(
-                job_id=rec.id, attempt=rec.attempt_count, queue=rec.queue, type=rec.type, worker_id=worker_id
+                job_id=rec.id,
+                attempt=rec.attempt_count,
+                queue=rec.queue,
+                type=rec.type,
+                worker_id=worker_id,
+                _store=store,
             )
             run = Running(record=rec, lease=rec.lease, ctx=ctx, traced=traced)
             slots.launched(run)

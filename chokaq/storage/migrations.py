@@ -12,7 +12,16 @@ from sqlalchemy import Column, Connection, Engine, Index, Integer, MetaData, Str
 from sqlalchemy.schema import CreateIndex, CreateTable, DropIndex
 
 from chokaq.storage.dialects import profile_of
-from chokaq.storage.schema import SCHEMA, jobs_archive, jobs_dlq, jobs_hot, metadata, schedules, schema_migrations
+from chokaq.storage.schema import (
+    SCHEMA,
+    job_steps,
+    jobs_archive,
+    jobs_dlq,
+    jobs_hot,
+    metadata,
+    schedules,
+    schema_migrations,
+)
 from chokaq.storage.sqlfuncs import utcnow
 
 
@@ -57,6 +66,11 @@ def _v6_attempt_history(conn: Connection) -> None:
         profile.add_column(conn, table, table.c.Attempts)
 
 
+def _v10_step_journal(conn: Connection) -> None:
+    # The step journal (docs/steps.md): a new table keyed by job id. Step 1 may just have made it.
+    job_steps.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial", _v1_initial),
     (2, "drop IX_JobsHot_Worker", _v2_drop_worker_index),
@@ -64,6 +78,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (4, "JobsArchive.ScheduledAtUtc (queue wait from the due time)", _v4_archive_due_time),
     (5, "Schedules (recurring jobs)", _v5_schedules),
     (6, "Attempts on JobsHot, JobsArchive and JobsDLQ (the attempt history)", _v6_attempt_history),
+    (10, "JobSteps (the step journal)", _v10_step_journal),
 ]
 
 
