@@ -246,8 +246,25 @@ class DlqEditIn(_PayloadEdit):
     pass
 
 
+StepsChoice = Literal["resume", "scratch"]
+_STEPS = (
+    "its step journal (docs/steps.md): resume after the finished steps (the default when it has one) "
+    "or from scratch (the journal cleared); audited with the choice"
+)
+
+
 class ResurrectIn(_PayloadEdit):
     priority: Priority | None = Field(default=None, description=f"default {limits.DEFAULT_PRIORITY}")
+    steps: StepsChoice | None = Field(default=None, description=_STEPS)
+    keep_steps: StrictBool = Field(
+        default=False, description="with a payload edit: keep the journal (an edit clears it otherwise); audited"
+    )
+
+    @model_validator(mode="after")
+    def _keep_or_scratch(self) -> ResurrectIn:
+        if self.keep_steps and self.steps == "scratch":
+            raise ValueError("keep_steps keeps the journal; steps=scratch clears it: choose one")
+        return self
 
 
 class IdsIn(_In):
@@ -323,6 +340,10 @@ class BulkIn(_In):
                 "preview first (dry_run: true), then send its matched count as expected_count and its snapshot"
             )
         return self
+
+
+class ResurrectManyIn(BulkIn):
+    steps: StepsChoice | None = Field(default=None, description=_STEPS)
 
 
 class BulkOut(BaseModel):

@@ -7,6 +7,7 @@ follows the API's rules and is audited exactly like the API's, with the actor ``
 
 from __future__ import annotations
 
+import functools
 import getpass
 import json
 import re
@@ -21,10 +22,12 @@ from chokaq.cli.common import Ctx, friendly_errors, pass_ctx
 from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError
 from chokaq.domain.states import Location
-from chokaq.operations.job_out import JobOut
+from chokaq.domain.steps import ResurrectSteps
+from chokaq.operations.job_out import JobOut, steps_out
 from chokaq.operations.rules import is_loopback, parse_failure_reason
 from chokaq.operations.service import Selection
 from chokaq.storage import Actor, AdminStore, BulkResult, JobFilter
+from chokaq.storage.steps import load_steps
 
 
 def _default_actor() -> str:
@@ -178,7 +181,7 @@ def dlq_show(c: Ctx, job_id: str) -> None:
         where = f" (it is in {rec.location.value})" if rec is not None else ""
         click.echo(f"error: no job {job_id!r} in the DLQ{where}", err=True)
         sys.exit(1)
-    out = JobOut.from_record(rec).model_dump()
+    out = JobOut.from_record(rec, steps=steps_out(load_steps(c.app.storage, rec.id))).model_dump()
     handler = c.app.handlers.get(rec.type)
     out["payload_schema"] = handler.payload_schema() if handler else None
     click.echo(json.dumps(out, indent=2))
@@ -288,6 +291,12 @@ def _run_bulk(
 
 @dlq.command("resurrect")
 @_bulk_options
+@click.option(
+    "--steps",
+    type=click.Choice(["resume", "scratch"]),
+    default=None,
+    help="Their step journals: resume after the finished steps (the default) or from scratch (cleared). Audited.",
+)
 @pass_ctx
 @friendly_errors
 def dlq_resurrect(
@@ -301,12 +310,13 @@ def dlq_resurrect(
     dry_run: bool,
     yes: bool,
     actor: str,
+    steps: ResurrectSteps | None,
 ) -> None:
     """Move dead jobs back to Pending (attempts reset, priority 10), by ids or by filter."""
     _run_bulk(
         c,
         "resurrect",
-        c.operations.resurrect_many,
+        functools.partial(c.operations.resurrect_many, steps=steps),
         ids,
         filter_queue,
         filter_reason,

@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Row
 
+from chokaq.domain.errors import JobValidationError
 from chokaq.domain.models import Lease
-from chokaq.domain.steps import DONE, FAILED, StepRecord, state_name
+from chokaq.domain.steps import DONE, FAILED, RESURRECT_STEPS, ResurrectSteps, StepRecord, state_name
 from chokaq.storage.statements.steps import (
     delete_steps_statement,
+    journal_counts_statement,
     owned_statement,
     step_done_statement,
     step_restart_statement,
@@ -104,4 +106,51 @@ def _replayed(storage: Storage, lease: Lease, name: str, state: str) -> bool:
     return storage.read(check, op="step_fence")
 
 
-__all__ = ["delete_steps", "finish_step", "load_steps", "start_step", "steps_in"]
+def journal_counts(conn: Connection, job_ids: Sequence[str]) -> dict[str, int]:
+    """How many journal rows each of ``job_ids`` has (jobs without a journal absent)."""
+    if not job_ids:
+        return {}
+    return {r[0]: int(r[1]) for r in conn.execute(journal_counts_statement(), {"step_jobs": list(job_ids)}).all()}
+
+
+def check_choice(steps: str | None, *, keep_steps: bool) -> None:
+    if steps is not None and steps not in RESURRECT_STEPS:
+        raise JobValidationError(f"steps must be one of {', '.join(RESURRECT_STEPS)}")
+    if keep_steps and steps == "scratch":
+        raise JobValidationError("keep_steps keeps the journal; steps=scratch clears it: choose one")
+
+
+def journal_at_resurrect(
+    conn: Connection, job_ids: Sequence[str], steps: ResurrectSteps | None, *, edited: bool, keep_steps: bool
+) -> dict[str, Any]:
+    """Apply a resurrect's choice for the journals of ``job_ids`` in its transaction, and say what
+    for its audit row. ``resume`` (the default) keeps them: finished steps are replayed, a start
+    never confirmed is unknown to the handler. ``scratch`` clears them. A payload edit clears them
+    too (the recorded results belong to the old payload) unless ``keep_steps``."""
+    check_choice(steps, keep_steps=keep_steps)
+    counts = journal_counts(conn, job_ids)
+    if not counts:
+        return {"steps": steps} if steps is not None else {}
+    choice = steps or "resume"
+    details: dict[str, Any] = {"steps": choice, "journal_steps": sum(counts.values())}
+    if edited:
+        details["keep_steps"] = keep_steps
+        if not keep_steps and choice == "resume":
+            choice = "scratch"
+            details["steps"] = "scratch"
+            details["steps_cleared_by"] = "payload edit"
+    if choice == "scratch":
+        details["steps_cleared"] = delete_steps(conn, list(counts))
+    return details
+
+
+__all__ = [
+    "check_choice",
+    "delete_steps",
+    "finish_step",
+    "journal_at_resurrect",
+    "journal_counts",
+    "load_steps",
+    "start_step",
+    "steps_in",
+]

@@ -24,6 +24,7 @@ from sqlalchemy import (
     bindparam,
     delete,
     exists,
+    func,
     insert,
     literal_column,
     select,
@@ -156,6 +157,14 @@ def delete_steps_statement() -> Delete:
     """The journals of the jobs ``step_jobs`` (one list parameter, whatever the count)."""
     s = job_steps.c
     return delete(job_steps).where(in_list(s.JobId, bindparam("step_jobs", type_=ListParam(s.JobId.type))))
+
+
+@functools.cache
+def journal_counts_statement() -> Select[Any]:
+    """``(JobId, rows)`` for the jobs ``step_jobs`` that have a journal."""
+    s = job_steps.c
+    in_jobs = in_list(s.JobId, bindparam("step_jobs", type_=ListParam(s.JobId.type)))
+    return select(s.JobId, func.count()).where(in_jobs).group_by(s.JobId)
 
 
 def purge_older_steps_statement(table: Table, time_column: Any, older_than: Any, size: int) -> Delete:
