@@ -19,6 +19,7 @@ from chokaq.storage import statements as st
 from chokaq.storage.dialects import PROFILES, Profile
 from chokaq.storage.schema import jobs_dlq
 from chokaq.storage.statements import schedules as sch
+from chokaq.storage.statements import steps as stp
 
 # Shown as a parameter: the run's clock minus Retention.DlqDays.
 RETENTION_CUTOFF = datetime(2000, 1, 1)
@@ -90,6 +91,17 @@ def statements(dialect_name: str) -> list[tuple[str, str, ClauseElement]]:
          st.cancelled_runs_statement()),
         ("stopped_note", "a cancelled run's DLQ row gets when its handler finally stopped",
          st.stopped_note_statement()),
+        ("step_start", "ctx.step: a step's start, written only while the worker holds the job at its attempt "
+         "(its JobsHot row locked for the statement)", stp.step_start_statement()),
+        ("step_restart", "ctx.step: a start never confirmed (or failed) in an earlier attempt, started again (fenced)",
+         stp.step_restart_statement()),
+        ("step_done", "ctx.step: the step's end, done with its result or failed (fenced)",
+         stp.step_done_statement(False)),
+        ("step_mark_done", "ctx.step: a start of an earlier attempt the handler found done (mark_done; fenced)",
+         stp.step_done_statement(True)),
+        ("steps_load", "ctx.step: the job's journal, read once per run at its first step", stp.steps_of_statement()),
+        ("retention_dlq_steps", "Retention.DlqDays: the step journals of the batch below, first, in its transaction",
+         stp.purge_older_steps_statement(jobs_dlq, jobs_dlq.c.FailedAtUtc, RETENTION_CUTOFF, cleanup)),
         ("retention_dlq", f"Retention.DlqDays: the oldest dead jobs past the cutoff deleted, {cleanup} per transaction",
          st.purge_older_statement(jobs_dlq, jobs_dlq.c.FailedAtUtc, RETENTION_CUTOFF, cleanup)),
     ]  # fmt: skip

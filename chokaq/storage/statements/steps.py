@@ -27,6 +27,7 @@ from sqlalchemy import (
     func,
     insert,
     literal_column,
+    null,
     select,
     update,
 )
@@ -108,8 +109,8 @@ def step_restart_statement() -> Update:
             WorkerId=bindparam("step_worker", type_=s.WorkerId.type),
             State=_STARTED,
             StartedAtUtc=utcnow(),
-            DoneAtUtc=None,
-            Result=None,
+            DoneAtUtc=null(),
+            Result=null(),
         )
         .returning(s.State)
     )
