@@ -8,6 +8,7 @@ import { flash } from "./feedback.js";
 import { fmtDuration, fmtMs, fmtTime, num } from "./format.js";
 import { scheduleRefresh } from "./refresh.js";
 import { atLeast, may, role, state } from "./state.js";
+import { chooseSteps, stepsSection } from "./steps.js";
 
 function schemaFor(type) {
   const hnd = state.meta && state.meta.handlers.find((x) => x.type === type);
@@ -238,7 +239,7 @@ function renderInspector(replaceEditor) {
           : "yes (it did not ask for zombie retries)") : "no: resurrecting may run it twice", "insp-z-idempotent"))) : null;
 
   const sections = [
-    head, msg, facts, zombieSec, attemptsSection(job),
+    head, msg, facts, zombieSec, stepsSection(job), attemptsSection(job),
     job.error_details || job.location === "dlq" ? h("section", { class: "insp-sec" },
       h("h3", {}, "Error details"),
       h("pre", { class: "code error-details", tabindex: "0", testid: "insp-error", "aria-label": "Error details" },
@@ -353,10 +354,16 @@ function inspectorSave() {
   inspectorAct(() => api("PATCH", path, body), job.location === "dlq" ? "Saved. The job stays in the DLQ." : "Saved.");
 }
 
-function inspectorResurrect() {
+async function inspectorResurrect() {
   const body = inspectorBody({ resurrect: true });
   if (!body) return;
-  const id = state.insp.job.id;
+  const job = state.insp.job;
+  const id = job.id;
+  if (job.steps && job.steps.length) {
+    const choice = await chooseSteps(job, body.payload_text !== undefined);
+    if (!choice || !state.insp || state.insp.job !== job) return;
+    Object.assign(body, choice);
+  }
   inspectorAct(() => api("POST", `/api/dlq/${encodeURIComponent(id)}/resurrect`, body),
     "Resurrected: the job is Pending again with a fresh retry budget.");
 }
