@@ -28,6 +28,14 @@ def _running(s: Storage, worker: str = "w1") -> Lease:
     return rec.lease
 
 
+def _archived(app: Any, run_worker: Any, job_type: str) -> str:
+    """Run one job of ``job_type`` on a worker until it is archived; its id."""
+    job_id = app.enqueue(job_type, {})
+    run_worker(app)
+    wait_for(lambda: (r := app.storage.get_job(job_id)) is not None and r.location is Location.ARCHIVE)
+    return str(job_id)
+
+
 def _journal(s: Storage, job_id: str) -> list[tuple[str, int, str, Any]]:
     return [(r.name, r.attempt, r.state, r.value()) for r in load_steps(s, job_id)]
 
@@ -101,9 +109,7 @@ def test_a_thread_handler_uses_the_sync_forms(db_url: str, run_worker: Any) -> N
                 step.result = [1, 2]
         seen.append(ctx.step("two", lambda a, b: a + b, 2, 3).run())
 
-    job_id = app.enqueue("sync_steps", {})
-    run_worker(app)
-    wait_for(lambda: (r := app.storage.get_job(job_id)) is not None and r.location is Location.ARCHIVE)
+    job_id = _archived(app, run_worker, "sync_steps")
     assert seen == [5]
     assert _journal(app.storage, job_id) == [("one", 1, "done", [1, 2]), ("two", 1, "done", 5)]
 
@@ -134,9 +140,7 @@ def test_bad_names_and_results_are_refused_in_the_handler(
         except StepInputError as exc:
             errors.append(exc)
 
-    job_id = app.enqueue("bad_step", {})
-    run_worker(app)
-    wait_for(lambda: (r := app.storage.get_job(job_id)) is not None and r.location is Location.ARCHIVE)
+    job_id = _archived(app, run_worker, "bad_step")
     (error,) = errors
     assert isinstance(error, ValueError) and message in str(error)
     # A bad name writes nothing; a bad result leaves the start (the body ran: its outcome is unknown)
@@ -145,23 +149,31 @@ def test_bad_names_and_results_are_refused_in_the_handler(
     assert journal == ([] if result is None else [("s", 1, "started", None)])
 
 
-def test_a_step_name_is_unique_within_a_run(sqlite_url: str, run_worker: Any) -> None:
+@pytest.mark.parametrize(
+    ("names", "limit", "message"),
+    [(["a", "a"], None, "step 'a' already ran in this run: a step name is unique within a job"),
+     (["a", "b", "c"], 2, "a job has at most 2 steps")],
+    ids=["a name twice in a run", "more steps than a job may have"],
+)  # fmt: skip
+def test_a_run_refuses_a_repeated_name_and_too_many_steps(
+    sqlite_url: str, run_worker: Any, monkeypatch: Any, names: list[str], limit: int | None, message: str
+) -> None:
+    if limit is not None:
+        monkeypatch.setattr("chokaq.runtime.steps.MAX_STEPS_PER_JOB", limit)
     app = make_app(sqlite_url)
     errors: list[str] = []
 
-    @app.job("twice")
-    async def twice(payload: dict[str, Any], ctx: JobContext) -> None:
-        await ctx.step("a", lambda: 1)
-        try:
-            await ctx.step("a", lambda: 2)
-        except StepInputError as exc:
-            errors.append(str(exc))
+    @app.job("steps")
+    async def steps(payload: dict[str, Any], ctx: JobContext) -> None:
+        for i, name in enumerate(names):
+            try:
+                await ctx.step(name, lambda i=i: i)
+            except StepInputError as exc:
+                errors.append(str(exc))
 
-    job_id = app.enqueue("twice", {})
-    run_worker(app)
-    wait_for(lambda: (r := app.storage.get_job(job_id)) is not None and r.location is Location.ARCHIVE)
-    assert errors and "unique within a job" in errors[0]
-    assert _journal(app.storage, job_id) == [("a", 1, "done", 1)]
+    job_id = _archived(app, run_worker, "steps")
+    assert errors == [message]
+    assert _journal(app.storage, job_id) == [(n, 1, "done", i) for i, n in enumerate(names[:-1])]
 
 
 def _dead_with_started_step(app: Any, name: str) -> str:
