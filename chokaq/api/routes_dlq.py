@@ -45,8 +45,7 @@ from chokaq.operations.job_out import iso, steps_out
 from chokaq.operations.rules import parse_failure_reason
 from chokaq.operations.service import Selection
 from chokaq.runtime.app import ChokaQ
-from chokaq.storage import BulkResult, JobEdit, JobFilter
-from chokaq.storage.steps import load_steps
+from chokaq.storage import BulkResult, JobEdit, JobFilter, load_steps
 
 router = APIRouter(prefix="/api/dlq", tags=["dlq"])
 

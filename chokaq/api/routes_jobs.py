@@ -43,8 +43,7 @@ from chokaq.domain import limits
 from chokaq.domain.errors import NotFoundError
 from chokaq.domain.states import JobStatus, Location
 from chokaq.operations.job_out import steps_out
-from chokaq.storage import JobEdit, JobFilter
-from chokaq.storage.steps import load_steps
+from chokaq.storage import JobEdit, JobFilter, load_steps
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 

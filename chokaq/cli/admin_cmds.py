@@ -26,8 +26,7 @@ from chokaq.domain.steps import ResurrectSteps
 from chokaq.operations.job_out import JobOut, steps_out
 from chokaq.operations.rules import is_loopback, parse_failure_reason
 from chokaq.operations.service import Selection
-from chokaq.storage import Actor, AdminStore, BulkResult, JobFilter
-from chokaq.storage.steps import load_steps
+from chokaq.storage import Actor, AdminStore, BulkResult, JobFilter, load_steps
 
 
 def _default_actor() -> str:

@@ -17,7 +17,7 @@ from chokaq.domain.payload import parse_payload_text
 from chokaq.operations.job_out import JobOut, steps_out
 from chokaq.redact import redact
 from chokaq.runtime.app import ChokaQ
-from chokaq.storage.steps import load_steps
+from chokaq.storage import load_steps
 
 __all__ = ["Ctx", "app_option", "cli", "friendly_errors", "main", "pass_ctx"]
 

@@ -31,12 +31,11 @@ from chokaq.domain.steps import (
     check_name,
     encode_result,
 )
-from chokaq.storage.steps import finish_step, load_steps, start_step
+from chokaq.storage import finish_step, load_steps, start_step
 
 if TYPE_CHECKING:
     from chokaq.runtime.handlers import JobContext
-    from chokaq.storage.store import Storage
-    from chokaq.storage.worker_store import WorkerStore
+    from chokaq.storage import Storage, WorkerStore
 
 T = TypeVar("T")
 _FAILURE_CHARS: Final = 500

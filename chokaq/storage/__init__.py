@@ -14,7 +14,7 @@ statements rendered once and run straight on per-thread driver connections), :mo
 one worker's way in (:meth:`Storage.for_worker`), :mod:`.dialects.postgres_listen` its LISTEN; :mod:`.admin` holds
 operator actions (with :mod:`.cancel`, cancelling jobs and what a worker reads of it, and
 :mod:`.retention`, bounded purges of old rows), :mod:`.history` the Deck's charts,
-:mod:`.migrations` and :mod:`.schema` the tables.
+:mod:`.migrations` and :mod:`.schema` the tables; :mod:`.steps` the step journal (docs/steps.md).
 
 The operator's and the Deck's names (admin, history, the DBA scripts) load on first use: a worker
 or a CLI command that needs none of them does not import those modules.
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from chokaq.storage.dialects.postgres_listen import listen
 from chokaq.storage.engine import is_transient
+from chokaq.storage.steps import finish_step, load_steps, start_step
 from chokaq.storage.store import Completion, StartResult, Storage
 from chokaq.storage.transactions import Ambiguity
 from chokaq.storage.worker_store import Take, WorkerStore
@@ -54,11 +55,14 @@ __all__ = [
     "Storage",
     "Take",
     "WorkerStore",
+    "finish_step",
     "is_transient",
     "listen",
     "load_history",
+    "load_steps",
     "render_queries",
     "render_script",
+    "start_step",
 ]
 
 # Loaded on first use (see the module's docstring): name -> the module that defines it.
