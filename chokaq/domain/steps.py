@@ -31,6 +31,9 @@ StepState = Literal["started", "done", "failed"]
 # What a resurrect does with the journal of the job it brings back.
 ResurrectSteps = Literal["resume", "scratch"]
 RESURRECT_STEPS: Final[tuple[str, ...]] = ("resume", "scratch")
+# What a handler's verify(payload, steps) says of a zombie (runtime/verify.py).
+Verdict = Literal["done", "not_done", "unknown"]
+VERDICTS: Final[tuple[str, ...]] = ("done", "not_done", "unknown")
 
 
 class StepError(ChokaQError):
@@ -127,6 +130,7 @@ __all__ = [
     "StepOutcomeUnknown",
     "StepOwnershipLost",
     "StepRecord",
+    "Verdict",
     "check_name",
     "encode_result",
 ]

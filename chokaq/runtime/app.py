@@ -17,6 +17,7 @@ from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError
 from chokaq.domain.models import PAYLOAD_CHECKED, Enqueued, EnqueueRequest, SweepResult, encode_payload
 from chokaq.domain.schedules import DEFAULT_MISSED_MAX, Fired, MissedPolicy, ScheduleError, ScheduleSpec
+from chokaq.domain.steps import StepRecord, Verdict
 from chokaq.domain.when import check_ahead, utc_naive
 from chokaq.runtime.events import EventBus
 from chokaq.runtime.handlers import Handler, JobContext
@@ -81,6 +82,7 @@ class ChokaQ:
         max_attempts: int | None = None,
         schedule: str | None = None,
         tz: str = "UTC",
+        verify: Callable[[Any, list[StepRecord]], Verdict] | None = None,
     ) -> Callable[[Callable[Params, R]], JobHandle[M, Params, R]]: ...
 
     @overload
@@ -96,6 +98,7 @@ class ChokaQ:
         max_attempts: int | None = None,
         schedule: str | None = None,
         tz: str = "UTC",
+        verify: Callable[[Any, list[StepRecord]], Verdict] | None = None,
     ) -> Callable[[Callable[Params, R]], JobHandle[Any, Params, R]]: ...
 
     def job(
@@ -110,6 +113,7 @@ class ChokaQ:
         max_attempts: int | None = None,
         schedule: str | None = None,
         tz: str = "UTC",
+        verify: Callable[[Any, list[StepRecord]], Verdict] | None = None,
     ) -> Callable[[Callable[Params, R]], JobHandle[Any, Params, R]]:
         """Register a handler for job type ``name``; returns its typed handle (:class:`JobHandle`:
         ``handle.enqueue(payload)``, and calling it calls the handler).
@@ -119,7 +123,13 @@ class ChokaQ:
 
         ``retry_zombies=True`` (only with ``idempotent=True``) sends this handler's zombies back to
         Pending instead of the DLQ: the handler promises that running twice is harmless.
+
+        ``verify(payload, steps)``: for a zombie of this type, where this handler is loaded (a
+        worker's own sweep), says ``"done"`` (the job moves to the archive), ``"not_done"`` (back to
+        Pending) or ``"unknown"`` (left in the DLQ); each verdict audited (docs/steps.md).
         """
+        if verify is not None and not callable(verify):
+            raise ValueError("verify must be a function (payload, steps) -> 'done' | 'not_done' | 'unknown'")
         if not name or len(name) > limits.MAX_TYPE_LEN:
             raise ValueError(f"job type must be 1..{limits.MAX_TYPE_LEN} characters")
         if retry_zombies and not idempotent:
@@ -140,6 +150,7 @@ class ChokaQ:
                 retry_zombies=retry_zombies,
                 timeout=timeout,
                 max_attempts=max_attempts,
+                verify=verify,
             )
             return JobHandle(self, handler, fn)
 

@@ -93,6 +93,9 @@ class Handler:
     retry_zombies: bool
     timeout: float | None
     max_attempts: int | None
+    # For a zombie, where this handler is loaded (a worker's own sweep): done / not_done / unknown,
+    # from the payload and the step journal (runtime/verify.py, docs/steps.md).
+    verify: Callable[[Any, list[Any]], str] | None = None
 
     def parse_payload(self, text: str) -> Any:
         if self.payload_model is not None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 
 from chokaq.domain.backoff import backoff
 from chokaq.domain.models import SweepResult
 from chokaq.runtime.events import EventBus
+from chokaq.runtime.handlers import Handler
 from chokaq.runtime.outage import Outage
 from chokaq.settings import ChokaQSettings
 from chokaq.storage import Storage, is_transient
@@ -17,9 +19,16 @@ from chokaq.telemetry import instruments, tracer
 log = logging.getLogger("chokaq.sweep")
 
 
-def run_sweep(storage: Storage, settings: ChokaQSettings, *, events: EventBus | None = None) -> SweepResult:
+def run_sweep(
+    storage: Storage,
+    settings: ChokaQSettings,
+    *,
+    events: EventBus | None = None,
+    handlers: Mapping[str, Handler] | None = None,
+) -> SweepResult:
     """One sweep. Needs only the database: no worker has to be alive. A rescue is announced on
-    ``events`` (the app's bus), when the caller has one whose subscribers should hear of it."""
+    ``events`` (the app's bus), when the caller has one whose subscribers should hear of it.
+    ``handlers``: the loaded handlers, whose ``verify`` judges the zombies buried (runtime/verify.py)."""
     with tracer().start_as_current_span("chokaq.sweep") as span:
         result = storage.sweep(
             fetched_timeout=settings.recovery.fetched_job_timeout,
@@ -50,6 +59,10 @@ def run_sweep(storage: Storage, settings: ChokaQSettings, *, events: EventBus | 
                 retried=result.retried_zombies,
                 ids=result.zombie_ids[:50],
             )
+    if handlers and result.zombie_ids:
+        from chokaq.runtime.verify import verify_zombies
+
+        verify_zombies(storage, handlers, result.zombie_ids)
     return result
 
 
@@ -78,14 +91,18 @@ def sweep_outlasting(
 
 
 def sweep_forever(
-    storage: Storage, settings: ChokaQSettings, stop: threading.Event, events: EventBus | None = None
+    storage: Storage,
+    settings: ChokaQSettings,
+    stop: threading.Event,
+    events: EventBus | None = None,
+    handlers: Mapping[str, Handler] | None = None,
 ) -> None:
     """Sweep every Recovery.ScanInterval until ``stop``; a failed sweep is logged, never fatal.
     While the database is away: one line per try, and the next sweep as soon as it answers again."""
     outage = Outage(settings.storage.outage_tolerance)
     while not stop.is_set():
         try:
-            run_sweep(storage, settings, events=events)
+            run_sweep(storage, settings, events=events, handlers=handlers)
             outage.succeeded()
         except Exception as exc:
             if is_transient(exc):

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from chokaq.storage.migrations import render_script
     from chokaq.storage.queries import render_queries
     from chokaq.storage.schedules import ScheduleStore
+    from chokaq.storage.verdicts import settle_verdict
 
 __all__ = [
     "WAIT_BASIS",
@@ -62,6 +63,7 @@ __all__ = [
     "load_steps",
     "render_queries",
     "render_script",
+    "settle_verdict",
     "start_step",
 ]
 
@@ -78,6 +80,7 @@ _LAZY = {
     "render_script": "chokaq.storage.migrations",
     "render_queries": "chokaq.storage.queries",
     "ScheduleStore": "chokaq.storage.schedules",
+    "settle_verdict": "chokaq.storage.verdicts",
 }
 
 

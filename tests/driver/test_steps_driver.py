@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from chokaq.domain.models import Lease
-from chokaq.storage import Storage
+from chokaq.domain.states import FailureReason
+from chokaq.storage import Storage, settle_verdict
 from chokaq.storage.admin import Actor, AdminStore
 from chokaq.storage.steps import finish_step, load_steps, start_step
 from tests.driver.recording import Call, Recorder
@@ -126,3 +127,25 @@ def test_a_resurrect_from_scratch_clears_the_journal_in_its_transaction(mssql: S
     details = next(p for p in audit.params[0] if isinstance(p, str) and p.startswith("{"))
     assert '"steps": "scratch"' in details and '"steps_cleared": 2' in details
     assert all(c.describes == 0 for c in (counts, cleared))
+
+
+def test_a_done_verdict_moves_the_zombie_to_the_archive_in_one_transaction(mssql: Storage, recorder: Recorder) -> None:
+    dead = row(DLQ, "01Z", FailureReason=int(FailureReason.ZOMBIE))
+    recorder.answer(r"^DELETE FROM chokaq\.\[JobsDLQ\]", [dead], columns(DLQ))
+    recorder.answer(r"^UPDATE chokaq\.\[StatsSummary\]", rowcount=1)
+    recorder.answer(r"^UPDATE chokaq\.\[StatsSummary\]", rowcount=1)
+    assert settle_verdict(AdminStore(mssql), "01Z", "done")
+    words = [" ".join(c.sql.split()[:3]) for c in recorder.statements]
+    assert words == [
+        "DELETE FROM chokaq.[JobsDLQ]",
+        "INSERT INTO chokaq.[JobsArchive]",
+        "UPDATE chokaq.[StatsSummary] SET",
+        "UPDATE chokaq.[StatsSummary] SET",
+        "INSERT INTO chokaq.[AuditLog]",
+    ]
+    delete = recorder.statements[0]
+    assert "[FailureReason] = ?" in delete.sql and delete.params[0] == ("01Z", 2)
+    assert [c.kind for c in recorder.calls].count("commit") == 1
+    assert all(
+        c.describes == 0 for c in recorder.statements if not c.sql.startswith("INSERT INTO chokaq.[JobsArchive]")
+    )
