@@ -301,11 +301,23 @@ class DlqFilterIn(_In):
     from_: datetime | None = Field(default=None, alias="from")
     to: datetime | None = None
     search: Annotated[Text, Field(max_length=200)] | None = None
+    worker: Annotated[Text, Field(max_length=limits.MAX_WORKER_ID_LEN)] | None = Field(
+        default=None, description="the worker that held the job (a crash incident: with failure_reason Zombie)"
+    )
 
     def is_empty(self) -> bool:
         return all(
             v is None or v == ""
-            for v in (self.queue, self.type, self.failure_reason, self.tag, self.from_, self.to, self.search)
+            for v in (
+                self.queue,
+                self.type,
+                self.failure_reason,
+                self.tag,
+                self.from_,
+                self.to,
+                self.search,
+                self.worker,
+            )
         )
 
 
@@ -437,3 +449,23 @@ class SchedulePatchIn(_In):
 
 class ScheduleRunOut(BaseModel):
     job_id: str
+
+
+class IncidentOut(BaseModel):
+    """The zombies one worker left (docs/steps.md): decide for all of them with a bulk action on the
+    DLQ filtered by ``worker`` and ``failure_reason: Zombie`` (preview first, as always)."""
+
+    worker_id: str | None
+    jobs: int
+    last_seen_utc: str | None = Field(description="the last heartbeat of any of its jobs")
+    first_failed_utc: str | None
+    last_failed_utc: str | None
+    inside_step: int = Field(description="stopped inside a step: a start never confirmed")
+    between_steps: int = Field(description="every step it recorded had finished")
+    without_steps: int = Field(description="no step journal")
+    sample_ids: list[str]
+
+
+class IncidentsOut(BaseModel):
+    items: list[IncidentOut]
+    capped: bool = Field(description="only the newest zombies were read (a very large DLQ)")

@@ -27,6 +27,8 @@ from chokaq.api.models import (
     DlqEditIn,
     DlqFilterIn,
     DlqJobOut,
+    IncidentOut,
+    IncidentsOut,
     JobOut,
     JobPageOut,
     QueueName,
@@ -45,7 +47,7 @@ from chokaq.operations.job_out import iso, steps_out
 from chokaq.operations.rules import parse_failure_reason
 from chokaq.operations.service import Selection
 from chokaq.runtime.app import ChokaQ
-from chokaq.storage import BulkResult, JobEdit, JobFilter, load_steps
+from chokaq.storage import BulkResult, JobEdit, JobFilter, incidents, load_steps
 
 router = APIRouter(prefix="/api/dlq", tags=["dlq"])
 
@@ -61,6 +63,7 @@ def _filter(f: DlqFilterIn) -> JobFilter:
         from_utc=naive_utc(f.from_),
         to_utc=naive_utc(f.to),
         search=f.search,
+        worker=f.worker,
     )
 
 
@@ -125,6 +128,18 @@ def _selection(body: BulkIn) -> Selection:
             snapshot=body.snapshot,
         )
     return Selection(ids=body.ids, dry_run=body.dry_run)
+
+
+@router.get("/incidents", response_model=IncidentsOut, responses=ERRORS)
+def list_incidents(request: Request, who: Viewer) -> IncidentsOut:
+    """Crash incidents: the zombies in the DLQ grouped by the worker that held them, newest first,
+    with how many stopped inside a step, between steps, or without steps."""
+    found, capped = incidents(chokaq_app(request).storage)
+    items = [
+        IncidentOut.model_validate({k: iso(v) if isinstance(v, datetime) else v for k, v in vars(i).items()})
+        for i in found
+    ]
+    return IncidentsOut(items=items, capped=capped)
 
 
 @router.post("/resurrect", response_model=BulkOut, responses={**ERRORS, **CONFLICT})

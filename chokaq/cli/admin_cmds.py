@@ -26,7 +26,7 @@ from chokaq.domain.steps import ResurrectSteps
 from chokaq.operations.job_out import JobOut, steps_out
 from chokaq.operations.rules import is_loopback, parse_failure_reason
 from chokaq.operations.service import Selection
-from chokaq.storage import Actor, AdminStore, BulkResult, JobFilter, load_steps
+from chokaq.storage import Actor, AdminStore, BulkResult, JobFilter, incidents, load_steps
 
 
 def _default_actor() -> str:
@@ -195,6 +195,9 @@ def _bulk_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.option("--filter-type", help="Match this job type."),
             click.option("--search", help="Match text in id, type, tags or error details."),
             click.option(
+                "--filter-worker", help="Match dead jobs this worker held (a crash incident: `dlq incidents`)."
+            ),
+            click.option(
                 "--max-jobs",
                 type=click.IntRange(1),
                 default=limits.DEFAULT_BULK_MAX_JOBS,
@@ -223,14 +226,21 @@ def _run_bulk(
     dry_run: bool,
     yes: bool,
     actor: str,
+    filter_worker: str | None = None,
 ) -> None:
     who = _actor(actor)
-    has_filter = any((filter_queue, filter_reason, filter_type, search))
+    has_filter = any((filter_queue, filter_reason, filter_type, search, filter_worker))
     if bool(ids) == has_filter:
-        raise JobValidationError("give job ids, or --filter-queue/--filter-reason/--filter-type/--search")
+        raise JobValidationError(
+            "give job ids, or --filter-queue/--filter-reason/--filter-type/--filter-worker/--search"
+        )
     f = (
         JobFilter(
-            queue=filter_queue, type=filter_type, failure_reason=parse_failure_reason(filter_reason), search=search
+            queue=filter_queue,
+            type=filter_type,
+            failure_reason=parse_failure_reason(filter_reason),
+            search=search,
+            worker=filter_worker,
         )
         if has_filter
         else None
@@ -304,6 +314,7 @@ def dlq_resurrect(
     filter_queue: str | None,
     filter_reason: str | None,
     filter_type: str | None,
+    filter_worker: str | None,
     search: str | None,
     max_jobs: int,
     dry_run: bool,
@@ -325,7 +336,19 @@ def dlq_resurrect(
         dry_run,
         yes,
         actor,
+        filter_worker,
     )
+
+
+@dlq.command("incidents")
+@pass_ctx
+@friendly_errors
+def dlq_incidents(c: Ctx) -> None:
+    """Crash incidents: the zombies in the DLQ grouped by the worker that held them (JSON). Decide
+    for one with `dlq resurrect|purge --filter-worker W --filter-reason Zombie` (previewed first)."""
+    found, capped = incidents(c.app.storage)
+    items = [{k: (v.isoformat() + "Z" if isinstance(v, datetime) else v) for k, v in vars(i).items()} for i in found]
+    click.echo(json.dumps({"items": items, "capped": capped}, indent=2))
 
 
 @dlq.command("purge")
@@ -338,6 +361,7 @@ def dlq_purge(
     filter_queue: str | None,
     filter_reason: str | None,
     filter_type: str | None,
+    filter_worker: str | None,
     search: str | None,
     max_jobs: int,
     dry_run: bool,
@@ -358,6 +382,7 @@ def dlq_purge(
         dry_run,
         yes,
         actor,
+        filter_worker,
     )
 
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from chokaq.storage.admin import AdminStore
     from chokaq.storage.admin_types import Actor, BulkResult, JobEdit, JobFilter
     from chokaq.storage.history import WAIT_BASIS, WINDOWS, load_history
+    from chokaq.storage.incidents import Incident, incidents
     from chokaq.storage.migrations import render_script
     from chokaq.storage.queries import render_queries
     from chokaq.storage.schedules import ScheduleStore
@@ -49,6 +50,7 @@ __all__ = [
     "Ambiguity",
     "BulkResult",
     "Completion",
+    "Incident",
     "JobEdit",
     "JobFilter",
     "ScheduleStore",
@@ -57,6 +59,7 @@ __all__ = [
     "Take",
     "WorkerStore",
     "finish_step",
+    "incidents",
     "is_transient",
     "listen",
     "load_history",
@@ -77,6 +80,8 @@ _LAZY = {
     "WAIT_BASIS": "chokaq.storage.history",
     "WINDOWS": "chokaq.storage.history",
     "load_history": "chokaq.storage.history",
+    "Incident": "chokaq.storage.incidents",
+    "incidents": "chokaq.storage.incidents",
     "render_script": "chokaq.storage.migrations",
     "render_queries": "chokaq.storage.queries",
     "ScheduleStore": "chokaq.storage.schedules",
