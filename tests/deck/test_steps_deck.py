@@ -16,11 +16,11 @@ from tests.deck.conftest import DeckEnv
 pytestmark = pytest.mark.browser
 
 
-def zombie_with_steps(deck: DeckEnv) -> str:
+def zombie_with_steps(deck: DeckEnv, worker: str = "ghost-worker") -> str:
     # Queue "reports": no worker here serves it, so a resurrected job stays Pending.
     s = deck.app.storage
     job_id, _ = s.enqueue(EnqueueRequest(type="report_v1", queue="reports", payload='{"n": 1}'))
-    (rec,) = s.start("ghost-worker", s.fetch("ghost-worker", 1, ["reports"])).started
+    (rec,) = s.start(worker, s.fetch(worker, 1, ["reports"])).started
     assert start_step(s, rec.lease, "charge", again=False)
     assert finish_step(s, rec.lease, "charge", '{"charge": "ch_<b>1</b>"}')
     assert start_step(s, rec.lease, "email", again=False)
@@ -73,3 +73,28 @@ def test_the_inspector_shows_the_steps_and_resurrect_asks_about_them(deck: DeckE
     assert [(s.name, s.state) for s in load_steps(storage, kept)] == [("charge", "done"), ("email", "started")]
     rec = storage.get_job(kept)
     assert rec is not None and rec.location is Location.HOT and rec.payload == '{"n": 2}'
+
+
+def test_an_incident_is_resumed_as_one_previewed_decision(deck: DeckEnv, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    storage = deck.app.storage
+    first = [zombie_with_steps(deck, "host-a"), zombie_with_steps(deck, "host-a")]
+    other = zombie_with_steps(deck, "host-b")
+    page.goto(deck.url + "/deck/#/incidents")
+    rows = page.get_by_test_id("incident-row")
+    expect(rows).to_have_count(2)
+    a = page.locator('[data-testid="incident-row"][data-worker="host-a"]')
+    expect(a).to_contain_text("2 inside a step · 0 between steps · 0 without steps")
+    a.get_by_test_id("incident-resume").click()
+    dialog = page.get_by_test_id("confirm-dialog")
+    expect(dialog).to_contain_text("worker = host-a")
+    expect(dialog).to_contain_text("2 jobs match this filter")
+    dialog.get_by_test_id("confirm-ok").click()
+    expect(rows).to_have_count(1)
+    expect(page.locator('[data-testid="incident-row"][data-worker="host-b"]')).to_be_visible()
+    for job_id in first:
+        rec = storage.get_job(job_id)
+        assert rec is not None and rec.location is Location.HOT
+        assert [s.state for s in load_steps(storage, job_id)] == ["done", "started"]  # resumed: journal kept
+    assert storage.get_job(other).location is Location.DLQ  # type: ignore[union-attr]

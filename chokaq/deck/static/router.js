@@ -3,12 +3,13 @@
 import { $$ } from "./dom.js";
 import { state } from "./state.js";
 import { loadAudit } from "./views/audit.js";
+import { loadIncidents } from "./views/incidents.js";
 import { loadList } from "./views/lists.js";
 import { loadOverview } from "./views/overview.js";
 import { loadQueues } from "./views/queues.js";
 import { loadSchedules } from "./views/schedules.js";
 
-const VIEWS = ["overview", "queues", "schedules", "hot", "archive", "dlq", "audit"];
+const VIEWS = ["overview", "queues", "schedules", "hot", "archive", "dlq", "incidents", "audit"];
 
 export function route() {
   const parts = location.hash.replace(/^#\/?/, "").split(/[?]/)[0].split("/");
@@ -34,6 +35,7 @@ export async function refreshView() {
   if (v === "queues") return loadQueues();
   if (v === "schedules") return loadSchedules();
   if (v === "hot" || v === "archive" || v === "dlq") return loadList(v);
+  if (v === "incidents") return loadIncidents();
   if (v === "audit") return loadAudit();
   return undefined;
 }
