@@ -28,7 +28,7 @@ from chokaq.storage.retention import purge_older
 from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot
 from chokaq.storage.sqlfuncs import row_lock, utcnow
 from chokaq.storage.statements import FAILED, PENDING, status_is
-from chokaq.storage.steps import check_choice, delete_steps, journal_at_resurrect
+from chokaq.storage.steps import delete_steps, journal_at_resurrect
 from chokaq.storage.wakeups import notify
 
 # Re-exported: the API, the CLI and the Functions import these from here.
@@ -368,8 +368,7 @@ class AdminStore(JobListing):
         snapshot: str | None = None,
         steps: ResurrectSteps | None = None,
     ) -> BulkResult:
-        more: dict[str, Any] = {}  # with ``steps``, the choice for their journals (storage/steps.py)
-        check_choice(steps, keep_steps=False)
+        more: dict[str, Any] = {}
 
         def mover(c: Connection, where: ColumnElement[bool]) -> list[str]:
             moved = [r["Id"] for r in self._resurrect_rows(c, where, actor)]
