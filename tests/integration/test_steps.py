@@ -263,3 +263,28 @@ def test_a_worker_that_lost_the_job_cannot_record_a_step_and_its_handler_is_canc
     ((message, cancelled, reason),) = seen
     assert "is no longer held by worker" in message and cancelled and reason == "lost_ownership"
     assert _journal(app.storage, job_id) == [("first", 1, "done", 1)]
+
+
+def test_a_thread_handler_resolves_an_unknown_step_with_a_blocking_mark_done(db_url: str, run_worker: Any) -> None:
+    from chokaq.storage import Actor, AdminStore
+
+    app = make_app(db_url, retry={"max_attempts": 1})
+    seen: list[Any] = []
+
+    @app.job("t")
+    def handler(payload: dict[str, Any], ctx: JobContext) -> None:
+        assert ctx.step("before", lambda: "again?").run() == "ok"
+        try:
+            with ctx.step("charge"):
+                seen.append("ran")
+        except StepOutcomeUnknown as unknown:
+            unknown.step.mark_done({"found": True})
+        with ctx.step("charge") as step:
+            seen.append((step.done, step.result))
+
+    job_id = _dead_with_started_step(app, "charge")
+    AdminStore(app.storage).resurrect(job_id, Actor("ops", "operator"))
+    run_worker(app)
+    wait_for(lambda: (r := app.storage.get_job(job_id)) is not None and r.location is Location.ARCHIVE)
+    assert seen == [(True, {"found": True})]
+    assert _journal(app.storage, job_id) == [("before", 1, "done", "ok"), ("charge", 1, "done", {"found": True})]
