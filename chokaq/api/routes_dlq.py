@@ -47,7 +47,7 @@ from chokaq.operations.job_out import iso, steps_out
 from chokaq.operations.rules import parse_failure_reason
 from chokaq.operations.service import Selection
 from chokaq.runtime.app import ChokaQ
-from chokaq.storage import BulkResult, JobEdit, JobFilter, incidents, load_steps
+from chokaq.storage import BulkResult, JobEdit, JobFilter, crash_incidents, load_steps
 
 router = APIRouter(prefix="/api/dlq", tags=["dlq"])
 
@@ -134,7 +134,7 @@ def _selection(body: BulkIn) -> Selection:
 def list_incidents(request: Request, who: Viewer) -> IncidentsOut:
     """Crash incidents: the zombies in the DLQ grouped by the worker that held them, newest first,
     with how many stopped inside a step, between steps, or without steps."""
-    found, capped = incidents(chokaq_app(request).storage)
+    found, capped = crash_incidents(chokaq_app(request).storage)
     items = [
         IncidentOut.model_validate({k: iso(v) if isinstance(v, datetime) else v for k, v in vars(i).items()})
         for i in found

@@ -26,7 +26,7 @@ from chokaq.domain.steps import ResurrectSteps
 from chokaq.operations.job_out import JobOut, steps_out
 from chokaq.operations.rules import is_loopback, parse_failure_reason
 from chokaq.operations.service import Selection
-from chokaq.storage import Actor, AdminStore, BulkResult, JobFilter, incidents, load_steps
+from chokaq.storage import Actor, AdminStore, BulkResult, JobFilter, crash_incidents, load_steps
 
 
 def _default_actor() -> str:
@@ -346,7 +346,7 @@ def dlq_resurrect(
 def dlq_incidents(c: Ctx) -> None:
     """Crash incidents: the zombies in the DLQ grouped by the worker that held them (JSON). Decide
     for one with `dlq resurrect|purge --filter-worker W --filter-reason Zombie` (previewed first)."""
-    found, capped = incidents(c.app.storage)
+    found, capped = crash_incidents(c.app.storage)
     items = [{k: (v.isoformat() + "Z" if isinstance(v, datetime) else v) for k, v in vars(i).items()} for i in found]
     click.echo(json.dumps({"items": items, "capped": capped}, indent=2))
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from chokaq.storage.admin import AdminStore
     from chokaq.storage.admin_types import Actor, BulkResult, JobEdit, JobFilter
     from chokaq.storage.history import WAIT_BASIS, WINDOWS, load_history
-    from chokaq.storage.incidents import Incident, incidents
+    from chokaq.storage.incidents import Incident, crash_incidents
     from chokaq.storage.migrations import render_script
     from chokaq.storage.queries import render_queries
     from chokaq.storage.schedules import ScheduleStore
@@ -58,8 +58,8 @@ __all__ = [
     "Storage",
     "Take",
     "WorkerStore",
+    "crash_incidents",
     "finish_step",
-    "incidents",
     "is_transient",
     "listen",
     "load_history",
@@ -81,7 +81,7 @@ _LAZY = {
     "WINDOWS": "chokaq.storage.history",
     "load_history": "chokaq.storage.history",
     "Incident": "chokaq.storage.incidents",
-    "incidents": "chokaq.storage.incidents",
+    "crash_incidents": "chokaq.storage.incidents",
     "render_script": "chokaq.storage.migrations",
     "render_queries": "chokaq.storage.queries",
     "ScheduleStore": "chokaq.storage.schedules",

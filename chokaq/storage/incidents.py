@@ -36,7 +36,7 @@ class Incident:
     sample_ids: list[str] = field(default_factory=list)
 
 
-def incidents(storage: Storage) -> tuple[list[Incident], bool]:
+def crash_incidents(storage: Storage) -> tuple[list[Incident], bool]:
     """The incidents, newest first, and whether the zombies read were capped (MAX_ZOMBIES)."""
     return storage.read(_incidents, op="incidents")
 
