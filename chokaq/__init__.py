@@ -4,6 +4,7 @@ from chokaq.domain.breakers import BreakerPolicy
 from chokaq.domain.errors import ConflictError, FatalError, JobValidationError, NotFoundError, ThrottledError
 from chokaq.domain.models import Enqueued
 from chokaq.domain.states import FailureReason, JobStatus
+from chokaq.domain.steps import StepError, StepInputError, StepOutcomeUnknown, StepOwnershipLost
 from chokaq.runtime.app import ChokaQ
 from chokaq.runtime.handlers import JobContext
 from chokaq.runtime.job_handle import JobHandle
@@ -22,6 +23,10 @@ __all__ = [
     "JobStatus",
     "JobValidationError",
     "NotFoundError",
+    "StepError",
+    "StepInputError",
+    "StepOutcomeUnknown",
+    "StepOwnershipLost",
     "ThrottledError",
     "load_settings",
 ]

@@ -266,8 +266,25 @@ class DlqEditIn(_PayloadEdit):
     pass
 
 
+StepsChoice = Literal["resume", "scratch"]
+_STEPS = (
+    "its step journal (docs/steps.md): resume after the finished steps (the default when it has one) "
+    "or from scratch (the journal cleared); audited with the choice"
+)
+
+
 class ResurrectIn(_PayloadEdit):
     priority: Priority | None = Field(default=None, description=f"default {limits.DEFAULT_PRIORITY}")
+    steps: StepsChoice | None = Field(default=None, description=_STEPS)
+    keep_steps: StrictBool = Field(
+        default=False, description="with a payload edit: keep the journal (an edit clears it otherwise); audited"
+    )
+
+    @model_validator(mode="after")
+    def _keep_or_scratch(self) -> ResurrectIn:
+        if self.keep_steps and self.steps == "scratch":
+            raise ValueError("keep_steps keeps the journal; steps=scratch clears it: choose one")
+        return self
 
 
 class IdsIn(_In):
@@ -304,11 +321,23 @@ class DlqFilterIn(_In):
     from_: datetime | None = Field(default=None, alias="from")
     to: datetime | None = None
     search: Annotated[Text, Field(max_length=200)] | None = None
+    worker: Annotated[Text, Field(max_length=limits.MAX_WORKER_ID_LEN)] | None = Field(
+        default=None, description="the worker that held the job (a crash incident: with failure_reason Zombie)"
+    )
 
     def is_empty(self) -> bool:
         return all(
             v is None or v == ""
-            for v in (self.queue, self.type, self.failure_reason, self.tag, self.from_, self.to, self.search)
+            for v in (
+                self.queue,
+                self.type,
+                self.failure_reason,
+                self.tag,
+                self.from_,
+                self.to,
+                self.search,
+                self.worker,
+            )
         )
 
 
@@ -343,6 +372,10 @@ class BulkIn(_In):
                 "preview first (dry_run: true), then send its matched count as expected_count and its snapshot"
             )
         return self
+
+
+class ResurrectManyIn(BulkIn):
+    steps: StepsChoice | None = Field(default=None, description=_STEPS)
 
 
 class BulkOut(BaseModel):
@@ -453,3 +486,23 @@ class BreakerOut(BaseModel):
 
 class BreakerListOut(BaseModel):
     items: list[BreakerOut]
+
+
+class IncidentOut(BaseModel):
+    """The zombies one worker left (docs/steps.md): decide for all of them with a bulk action on the
+    DLQ filtered by ``worker`` and ``failure_reason: Zombie`` (preview first, as always)."""
+
+    worker_id: str | None
+    jobs: int
+    last_seen_utc: str | None = Field(description="the last heartbeat of any of its jobs")
+    first_failed_utc: str | None
+    last_failed_utc: str | None
+    inside_step: int = Field(description="stopped inside a step: a start never confirmed")
+    between_steps: int = Field(description="every step it recorded had finished")
+    without_steps: int = Field(description="no step journal")
+    sample_ids: list[str]
+
+
+class IncidentsOut(BaseModel):
+    items: list[IncidentOut]
+    capped: bool = Field(description="only the newest zombies were read (a very large DLQ)")

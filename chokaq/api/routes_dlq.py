@@ -27,10 +27,13 @@ from chokaq.api.models import (
     DlqEditIn,
     DlqFilterIn,
     DlqJobOut,
+    IncidentOut,
+    IncidentsOut,
     JobOut,
     JobPageOut,
     QueueName,
     ResurrectIn,
+    ResurrectManyIn,
     Tags,
     Text,
     TypeName,
@@ -40,11 +43,11 @@ from chokaq.api.models import (
 from chokaq.domain import limits
 from chokaq.domain.models import JobRecord
 from chokaq.domain.states import FailureReason, Location
-from chokaq.operations.job_out import iso
+from chokaq.operations.job_out import iso, steps_out
 from chokaq.operations.rules import parse_failure_reason
 from chokaq.operations.service import Selection
 from chokaq.runtime.app import ChokaQ
-from chokaq.storage import BulkResult, JobEdit, JobFilter
+from chokaq.storage import BulkResult, JobEdit, JobFilter, crash_incidents, load_steps
 
 router = APIRouter(prefix="/api/dlq", tags=["dlq"])
 
@@ -60,6 +63,7 @@ def _filter(f: DlqFilterIn) -> JobFilter:
         from_utc=naive_utc(f.from_),
         to_utc=naive_utc(f.to),
         search=f.search,
+        worker=f.worker,
     )
 
 
@@ -126,14 +130,27 @@ def _selection(body: BulkIn) -> Selection:
     return Selection(ids=body.ids, dry_run=body.dry_run)
 
 
+@router.get("/incidents", response_model=IncidentsOut, responses=ERRORS)
+def list_incidents(request: Request, who: Viewer) -> IncidentsOut:
+    """Crash incidents: the zombies in the DLQ grouped by the worker that held them, newest first,
+    with how many stopped inside a step, between steps, or without steps."""
+    found, capped = crash_incidents(chokaq_app(request).storage)
+    items = [
+        IncidentOut.model_validate({k: iso(v) if isinstance(v, datetime) else v for k, v in vars(i).items()})
+        for i in found
+    ]
+    return IncidentsOut(items=items, capped=capped)
+
+
 @router.post("/resurrect", response_model=BulkOut, responses={**ERRORS, **CONFLICT})
-def resurrect_many(request: Request, body: BulkIn, who: Operator) -> BulkOut:
+def resurrect_many(request: Request, body: ResurrectManyIn, who: Operator) -> BulkOut:
     """Back to Pending by ids (<= 1000) or by filter (max_jobs, default 100, cap 1000).
 
     A filter action needs its preview: ``dry_run: true`` returns ``matched`` and a ``snapshot``; the
     action sends them back as ``expected_count`` and ``snapshot``, touches only jobs inside the
-    snapshot, and is refused (409) when more jobs match than were confirmed."""
-    return _bulk_out(operations(request).resurrect_many(actor(who), _selection(body)))
+    snapshot, and is refused (409) when more jobs match than were confirmed. ``steps``: their step
+    journals resumed (the default) or cleared."""
+    return _bulk_out(operations(request).resurrect_many(actor(who), _selection(body), body.steps))
 
 
 @router.post("/purge", response_model=BulkOut, responses={**ERRORS, **CONFLICT})
@@ -149,7 +166,10 @@ def inspect(request: Request, job_id: JobIdPath, who: Viewer) -> DlqJobOut:
     rec = operations(request).dead_job(check_job_id(job_id))
     handler = app.handlers.get(rec.type)
     return DlqJobOut.from_record(
-        rec, payload_schema=handler.payload_schema() if handler else None, zombie=zombie_details(app, rec)
+        rec,
+        payload_schema=handler.payload_schema() if handler else None,
+        zombie=zombie_details(app, rec),
+        steps=steps_out(load_steps(app.storage, rec.id)),
     )
 
 
@@ -191,4 +211,5 @@ def resurrect(
     rec = ops.job(check_job_id(job_id))
     text = edited_payload(chokaq_app(request), rec.type, body, who)
     edit = JobEdit(payload=text, tags=body.tags, priority=body.priority, force=body.force)
-    return JobOut.from_record(ops.resurrect(actor(who), job_id, edit))
+    rec = ops.resurrect(actor(who), job_id, edit, steps=body.steps, keep_steps=body.keep_steps)
+    return JobOut.from_record(rec, steps=steps_out(load_steps(chokaq_app(request).storage, job_id)))

@@ -42,7 +42,8 @@ from chokaq.api.models import (
 from chokaq.domain import limits
 from chokaq.domain.errors import NotFoundError
 from chokaq.domain.states import JobStatus, Location
-from chokaq.storage import JobEdit, JobFilter
+from chokaq.operations.job_out import steps_out
+from chokaq.storage import JobEdit, JobFilter, load_steps
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 
@@ -141,7 +142,7 @@ def get_job(request: Request, job_id: JobIdPath, who: Viewer) -> JobOut:
     rec = chokaq_app(request).storage.get_job(check_job_id(job_id))
     if rec is None:
         raise NotFoundError(f"no job {job_id!r} in hot, archive or DLQ")
-    return JobOut.from_record(rec)
+    return JobOut.from_record(rec, steps=steps_out(load_steps(chokaq_app(request).storage, rec.id)))
 
 
 @router.patch("/{job_id}", response_model=JobOut, responses={**ERRORS, **NOT_FOUND, **CONFLICT})

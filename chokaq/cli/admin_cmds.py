@@ -7,6 +7,7 @@ follows the API's rules and is audited exactly like the API's, with the actor ``
 
 from __future__ import annotations
 
+import functools
 import getpass
 import json
 import re
@@ -21,10 +22,11 @@ from chokaq.cli.common import Ctx, friendly_errors, pass_ctx
 from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError
 from chokaq.domain.states import Location
-from chokaq.operations.job_out import JobOut
+from chokaq.domain.steps import ResurrectSteps
+from chokaq.operations.job_out import JobOut, steps_out
 from chokaq.operations.rules import is_loopback, parse_failure_reason
 from chokaq.operations.service import Selection
-from chokaq.storage import Actor, AdminStore, BulkResult, JobFilter
+from chokaq.storage import Actor, AdminStore, BulkResult, JobFilter, crash_incidents, load_steps
 
 
 def _default_actor() -> str:
@@ -178,7 +180,7 @@ def dlq_show(c: Ctx, job_id: str) -> None:
         where = f" (it is in {rec.location.value})" if rec is not None else ""
         click.echo(f"error: no job {job_id!r} in the DLQ{where}", err=True)
         sys.exit(1)
-    out = JobOut.from_record(rec).model_dump()
+    out = JobOut.from_record(rec, steps=steps_out(load_steps(c.app.storage, rec.id))).model_dump()
     handler = c.app.handlers.get(rec.type)
     out["payload_schema"] = handler.payload_schema() if handler else None
     click.echo(json.dumps(out, indent=2))
@@ -192,6 +194,9 @@ def _bulk_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.option("--filter-reason", help="Match this failure reason (name or number)."),
             click.option("--filter-type", help="Match this job type."),
             click.option("--search", help="Match text in id, type, tags or error details."),
+            click.option(
+                "--filter-worker", help="Match dead jobs this worker held (a crash incident: `dlq incidents`)."
+            ),
             click.option(
                 "--max-jobs",
                 type=click.IntRange(1),
@@ -221,14 +226,21 @@ def _run_bulk(
     dry_run: bool,
     yes: bool,
     actor: str,
+    filter_worker: str | None = None,
 ) -> None:
     who = _actor(actor)
-    has_filter = any((filter_queue, filter_reason, filter_type, search))
+    has_filter = any((filter_queue, filter_reason, filter_type, search, filter_worker))
     if bool(ids) == has_filter:
-        raise JobValidationError("give job ids, or --filter-queue/--filter-reason/--filter-type/--search")
+        raise JobValidationError(
+            "give job ids, or --filter-queue/--filter-reason/--filter-type/--filter-worker/--search"
+        )
     f = (
         JobFilter(
-            queue=filter_queue, type=filter_type, failure_reason=parse_failure_reason(filter_reason), search=search
+            queue=filter_queue,
+            type=filter_type,
+            failure_reason=parse_failure_reason(filter_reason),
+            search=search,
+            worker=filter_worker,
         )
         if has_filter
         else None
@@ -288,6 +300,12 @@ def _run_bulk(
 
 @dlq.command("resurrect")
 @_bulk_options
+@click.option(
+    "--steps",
+    type=click.Choice(["resume", "scratch"]),
+    default=None,
+    help="Their step journals: resume after the finished steps (the default) or from scratch (cleared). Audited.",
+)
 @pass_ctx
 @friendly_errors
 def dlq_resurrect(
@@ -296,17 +314,19 @@ def dlq_resurrect(
     filter_queue: str | None,
     filter_reason: str | None,
     filter_type: str | None,
+    filter_worker: str | None,
     search: str | None,
     max_jobs: int,
     dry_run: bool,
     yes: bool,
     actor: str,
+    steps: ResurrectSteps | None,
 ) -> None:
     """Move dead jobs back to Pending (attempts reset, priority 10), by ids or by filter."""
     _run_bulk(
         c,
         "resurrect",
-        c.operations.resurrect_many,
+        functools.partial(c.operations.resurrect_many, steps=steps),
         ids,
         filter_queue,
         filter_reason,
@@ -316,7 +336,19 @@ def dlq_resurrect(
         dry_run,
         yes,
         actor,
+        filter_worker,
     )
+
+
+@dlq.command("incidents")
+@pass_ctx
+@friendly_errors
+def dlq_incidents(c: Ctx) -> None:
+    """Crash incidents: the zombies in the DLQ grouped by the worker that held them (JSON). Decide
+    for one with `dlq resurrect|purge --filter-worker W --filter-reason Zombie` (previewed first)."""
+    found, capped = crash_incidents(c.app.storage)
+    items = [{k: (v.isoformat() + "Z" if isinstance(v, datetime) else v) for k, v in vars(i).items()} for i in found]
+    click.echo(json.dumps({"items": items, "capped": capped}, indent=2))
 
 
 @dlq.command("purge")
@@ -329,6 +361,7 @@ def dlq_purge(
     filter_queue: str | None,
     filter_reason: str | None,
     filter_type: str | None,
+    filter_worker: str | None,
     search: str | None,
     max_jobs: int,
     dry_run: bool,
@@ -349,6 +382,7 @@ def dlq_purge(
         dry_run,
         yes,
         actor,
+        filter_worker,
     )
 
 

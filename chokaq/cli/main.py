@@ -14,9 +14,10 @@ from chokaq.cli import admin_cmds, breaker_cmds, dev, job_cmds, logs_text, sched
 from chokaq.cli.common import Ctx, app_option, friendly_errors, one_line, pass_ctx
 from chokaq.domain.errors import ConfigurationError
 from chokaq.domain.payload import parse_payload_text
-from chokaq.operations.job_out import JobOut
+from chokaq.operations.job_out import JobOut, steps_out
 from chokaq.redact import redact
 from chokaq.runtime.app import ChokaQ
+from chokaq.storage import load_steps
 
 __all__ = ["Ctx", "app_option", "cli", "friendly_errors", "main", "pass_ctx"]
 
@@ -231,7 +232,8 @@ def job_show(c: Ctx, job_id: str, as_text: bool) -> None:
     if record is None:
         click.echo(f"error: no job {job_id!r} in hot, archive or DLQ", err=True)
         sys.exit(1)
-    out = JobOut.from_record(record)
+    steps = steps_out(load_steps(c.app.storage, record.id))
+    out = JobOut.from_record(record, steps=steps)
     if as_text:
         click.echo("\n".join(logs_text.render(out)))
         return

@@ -5,6 +5,7 @@ Pydantic only (no FastAPI), so the CLI uses it without loading the web stack.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal, Self
 
@@ -15,6 +16,7 @@ from chokaq.domain.job_logs import parse_logs, parse_progress
 from chokaq.domain.models import JobRecord
 from chokaq.domain.payload import readable
 from chokaq.domain.states import Location
+from chokaq.domain.steps import StepRecord
 
 
 def iso(value: datetime | None) -> str | None:
@@ -102,6 +104,41 @@ def progress_of(rec: JobRecord) -> ProgressOut | None:
     return ProgressOut.model_validate(value) if value is not None else None
 
 
+class StepOut(BaseModel):
+    """One step of the job's journal (docs/steps.md)."""
+
+    name: str
+    state: Literal["done", "started", "failed"] = Field(
+        description="done; started (never confirmed: its outcome is unknown); failed (its body raised: it runs again)"
+    )
+    attempt: int = Field(description="the attempt that ran it (or marked it done)")
+    worker: str
+    started_utc: str | None
+    done_utc: str | None = Field(default=None, description="when it was confirmed done (or failed)")
+    result: Any = Field(default=None, description="the JSON result recorded (failed: its error)")
+
+
+def steps_out(records: Sequence[StepRecord]) -> list[StepOut]:
+    out = []
+    for r in records:
+        try:
+            result = r.value()
+        except ValueError:  # written by something else than chokaq: shown as text
+            result = r.result
+        out.append(
+            StepOut(
+                name=r.name,
+                state=r.state,
+                attempt=r.attempt,
+                worker=r.worker_id,
+                started_utc=iso(r.started_at_utc),
+                done_utc=iso(r.done_at_utc),
+                result=result,
+            )
+        )
+    return out
+
+
 class JobOut(BaseModel):
     """A job wherever it is (hot, archive or DLQ); fields a table lacks are null."""
 
@@ -144,6 +181,10 @@ class JobOut(BaseModel):
     )
     progress: ProgressOut | None = Field(
         default=None, description="how far the handler said it got (a job's own read; null in lists)"
+    )
+
+    steps: list[StepOut] | None = Field(
+        default=None, description="the step journal, in the order the steps started (a job's own read; null in lists)"
     )
 
     @classmethod

@@ -12,6 +12,7 @@ Deck through the database, on the Deck's next ``stats.updated`` tick or reload.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,6 +25,7 @@ from chokaq.domain.keys import check_key
 from chokaq.domain.models import EnqueueRequest, JobRecord, QueueInfo
 from chokaq.domain.schedules import ScheduleError, ScheduleInfo
 from chokaq.domain.states import FailureReason, Location
+from chokaq.domain.steps import ResurrectSteps
 from chokaq.domain.when import check_ahead, utc_naive
 from chokaq.operations.rules import check_zombie_timeout
 from chokaq.runtime.app import ChokaQ
@@ -152,16 +154,26 @@ class Operations:
         self._publish("job.updated", actor.name, id=job_id, queue=out.queue, location="dlq", action="edited")
         return out
 
-    def resurrect(self, actor: Actor, job_id: str, edit: JobEdit | None = None) -> JobRecord:
-        """One job back to Pending, with the edit (if it changes anything) in the same move."""
+    def resurrect(
+        self,
+        actor: Actor,
+        job_id: str,
+        edit: JobEdit | None = None,
+        *,
+        steps: ResurrectSteps | None = None,
+        keep_steps: bool = False,
+    ) -> JobRecord:
+        """One job back to Pending, with the edit (if it changes anything) in the same move, and
+        its step journal resumed or cleared (``steps``; a payload edit clears it unless ``keep_steps``)."""
         wanted = None if edit is None or (edit.is_empty() and not edit.force) else edit
-        out = self.store.resurrect(job_id, actor, wanted)
+        out = self.store.resurrect(job_id, actor, wanted, steps=steps, keep_steps=keep_steps)
         self._publish("job.resurrected", actor.name, id=job_id, queue=out.queue, ids=[job_id], count=1)
         return out
 
-    def resurrect_many(self, actor: Actor, selection: Selection) -> BulkResult:
-        """Dead jobs back to Pending, by ids or by a filter bound to its preview."""
-        res = self._bulk(self.store.resurrect_many, actor, selection)
+    def resurrect_many(self, actor: Actor, selection: Selection, steps: ResurrectSteps | None = None) -> BulkResult:
+        """Dead jobs back to Pending, by ids or by a filter bound to its preview; their step journals
+        resumed (the default) or cleared (``steps="scratch"``)."""
+        res = self._bulk(functools.partial(self.store.resurrect_many, steps=steps), actor, selection)
         if res.affected:
             self._publish("job.resurrected", actor.name, ids=res.sample_ids, count=res.affected)
         return res

@@ -18,6 +18,7 @@ from chokaq.domain.breakers import BreakerPolicy
 from chokaq.domain.errors import JobValidationError
 from chokaq.domain.models import PAYLOAD_CHECKED, Enqueued, EnqueueRequest, SweepResult, encode_payload
 from chokaq.domain.schedules import DEFAULT_MISSED_MAX, Fired, MissedPolicy, ScheduleError, ScheduleSpec
+from chokaq.domain.steps import StepRecord, Verdict
 from chokaq.domain.when import check_ahead, utc_naive
 from chokaq.runtime.events import EventBus
 from chokaq.runtime.handlers import Handler, JobContext
@@ -83,6 +84,7 @@ class ChokaQ:
         schedule: str | None = None,
         tz: str = "UTC",
         breaker: BreakerPolicy | bool | None = None,
+        verify: Callable[[Any, list[StepRecord]], Verdict] | None = None,
     ) -> Callable[[Callable[Params, R]], JobHandle[M, Params, R]]: ...
 
     @overload
@@ -99,6 +101,7 @@ class ChokaQ:
         schedule: str | None = None,
         tz: str = "UTC",
         breaker: BreakerPolicy | bool | None = None,
+        verify: Callable[[Any, list[StepRecord]], Verdict] | None = None,
     ) -> Callable[[Callable[Params, R]], JobHandle[Any, Params, R]]: ...
 
     def job(
@@ -114,6 +117,7 @@ class ChokaQ:
         schedule: str | None = None,
         tz: str = "UTC",
         breaker: BreakerPolicy | bool | None = None,
+        verify: Callable[[Any, list[StepRecord]], Verdict] | None = None,
     ) -> Callable[[Callable[Params, R]], JobHandle[Any, Params, R]]:
         """Register a handler for job type ``name``; returns its typed handle (:class:`JobHandle`:
         ``handle.enqueue(payload)``, and calling it calls the handler).
@@ -127,7 +131,13 @@ class ChokaQ:
 
         ``retry_zombies=True`` (only with ``idempotent=True``) sends this handler's zombies back to
         Pending instead of the DLQ: the handler promises that running twice is harmless.
+
+        ``verify(payload, steps)``: for a zombie of this type, where this handler is loaded (a
+        worker's own sweep), says ``"done"`` (the job moves to the archive), ``"not_done"`` (back to
+        Pending) or ``"unknown"`` (left in the DLQ); each verdict audited (docs/steps.md).
         """
+        if verify is not None and not callable(verify):
+            raise ValueError("verify must be a function (payload, steps) -> 'done' | 'not_done' | 'unknown'")
         if not name or len(name) > limits.MAX_TYPE_LEN:
             raise ValueError(f"job type must be 1..{limits.MAX_TYPE_LEN} characters")
         if retry_zombies and not idempotent:
@@ -149,6 +159,7 @@ class ChokaQ:
                 timeout=timeout,
                 max_attempts=max_attempts,
                 breaker=breaker,
+                verify=verify,
             )
             return JobHandle(self, handler, fn)
 

@@ -10,12 +10,15 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import BaseModel
 
 from chokaq.domain.breakers import BreakerPolicy
 from chokaq.domain.job_logs import JobNotes, LogLimits, encode_line
+
+if TYPE_CHECKING:
+    from chokaq.runtime.steps import StepCall
 
 _CANCEL_LOCK = threading.Lock()
 
@@ -65,6 +68,19 @@ class JobContext:
                     notes = self._notes = JobNotes(self._log_limits or LogLimits(), self.attempt, self.worker_id)
         return notes
 
+    # The step journal (runtime/steps.py): the worker's store, and the run's journal, made at its
+    # first ctx.step (a job without steps pays nothing).
+    _store: Any = field(default=None, repr=False)
+    _journal: Any = field(default=None, repr=False)
+
+    def step(self, name: str, fn: Callable[..., Any] | None = None, /, *args: Any) -> StepCall[Any]:
+        """A journaled step (docs/steps.md): ``await ctx.step(name, fn, *args)`` returns ``fn``'s
+        result, run once per job; ``async with ctx.step(name) as step`` (``with`` in a thread
+        handler) is the block form, whose body runs only ``if not step.done``."""
+        from chokaq.runtime.steps import step_call
+
+        return step_call(self, name, fn, args)
+
     @property
     def cancelled(self) -> threading.Event:
         """Set when the job should stop; a handler running in a thread can wait on it."""
@@ -106,6 +122,9 @@ class Handler:
     # The type's circuit breaker: None follows Execution.CircuitBreaker, False never, True the
     # settings' numbers even where Enabled is off, a BreakerPolicy its own numbers.
     breaker: BreakerPolicy | bool | None = None
+    # For a zombie, where this handler is loaded (a worker's own sweep): done / not_done / unknown,
+    # from the payload and the step journal (runtime/verify.py, docs/steps.md).
+    verify: Callable[[Any, list[Any]], str] | None = None
 
     def parse_payload(self, text: str) -> Any:
         if self.payload_model is not None:

@@ -111,7 +111,8 @@ class Starter:
         lag = instruments().queue_lag
         # Looked up once per batch: asking OpenTelemetry for its provider is not free.
         traced = tracing_active()
-        slots, execution, worker_id = self.slots, self.execution, self.store.worker_id
+        slots, execution, store = self.slots, self.execution, self.store
+        worker_id = store.worker_id
         log_limits = execution.log_limits
         watched: dict[float, list[Running]] = {}  # by timeout: one deadline each for this batch
         timeouts: dict[str, float] = {}  # by job type, for this batch
@@ -130,6 +131,7 @@ class Starter:
                 type=rec.type,
                 worker_id=worker_id,
                 _log_limits=log_limits,
+                _store=store,
             )
             run = Running(record=rec, lease=rec.lease, ctx=ctx, traced=traced)
             slots.launched(run)

@@ -6,11 +6,13 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Mapping
 
 from chokaq.domain.backoff import backoff
 from chokaq.domain.models import SweepResult
 from chokaq.redact import redact
 from chokaq.runtime.events import EventBus
+from chokaq.runtime.handlers import Handler
 from chokaq.runtime.outage import Outage
 from chokaq.settings import ChokaQSettings
 from chokaq.storage import Storage, WorkerDirectory, is_transient
@@ -20,10 +22,16 @@ log = logging.getLogger("chokaq.sweep")
 
 
 def run_sweep(
-    storage: Storage, settings: ChokaQSettings, *, events: EventBus | None = None, breakers: bool = False
+    storage: Storage,
+    settings: ChokaQSettings,
+    *,
+    events: EventBus | None = None,
+    breakers: bool = False,
+    handlers: Mapping[str, Handler] | None = None,
 ) -> SweepResult:
     """One sweep. Needs only the database: no worker has to be alive. A rescue is announced on
     ``events`` (the app's bus), when the caller has one whose subscribers should hear of it.
+    ``handlers``: the loaded handlers, whose ``verify`` judges the zombies buried (runtime/verify.py).
 
     With Execution.CircuitBreaker.Enabled (or ``breakers``: the caller's handlers have their own),
     Pending jobs that waited past Retry.MaxJobAge behind an open breaker go to the DLQ as
@@ -61,6 +69,10 @@ def run_sweep(
                 retried=result.retried_zombies,
                 ids=result.zombie_ids[:50],
             )
+    if handlers and result.zombie_ids:
+        from chokaq.runtime.verify import verify_zombies
+
+        verify_zombies(storage, handlers, result.zombie_ids)
     return result
 
 
@@ -142,13 +154,14 @@ def sweep_forever(
     stop: threading.Event,
     events: EventBus | None = None,
     breakers: bool = False,
+    handlers: Mapping[str, Handler] | None = None,
 ) -> None:
     """Sweep every Recovery.ScanInterval until ``stop``; a failed sweep is logged, never fatal.
     While the database is away: one line per try, and the next sweep as soon as it answers again."""
     outage = Outage(settings.storage.outage_tolerance)
     while not stop.is_set():
         try:
-            run_sweep(storage, settings, events=events, breakers=breakers)
+            run_sweep(storage, settings, events=events, breakers=breakers, handlers=handlers)
             outage.succeeded()
         except Exception as exc:
             if is_transient(exc):

@@ -321,7 +321,8 @@ class Worker:
         if self.with_sweep:
             from chokaq.runtime.sweeper import sweep_forever
 
-            args = (self.storage, self.settings, stop, self.app.bus, self.breakers is not None)
+            # Its handlers are loaded here: their verify judges the zombies it buries.
+            args = (self.storage, self.settings, stop, self.app.bus, self.breakers is not None, self.app.handlers)
             threading.Thread(target=sweep_forever, args=args, daemon=True).start()
         try:
             yield

@@ -14,7 +14,7 @@ statements rendered once and run straight on per-thread driver connections), :mo
 one worker's way in (:meth:`Storage.for_worker`), :mod:`.dialects.postgres_listen` its LISTEN; :mod:`.admin` holds
 operator actions (with :mod:`.cancel`, cancelling jobs and what a worker reads of it, and
 :mod:`.retention`, bounded purges of old rows), :mod:`.history` the Deck's charts,
-:mod:`.migrations` and :mod:`.schema` the tables.
+:mod:`.migrations` and :mod:`.schema` the tables; :mod:`.steps` the step journal (docs/steps.md).
 
 The operator's and the Deck's names (admin, history, the DBA scripts) load on first use: a worker
 or a CLI command that needs none of them does not import those modules.
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from chokaq.storage.dialects.postgres_listen import listen
 from chokaq.storage.engine import is_transient
+from chokaq.storage.steps import finish_step, load_steps, start_step
 from chokaq.storage.store import Completion, StartResult, Storage
 from chokaq.storage.transactions import Ambiguity
 from chokaq.storage.worker_store import Take, WorkerStore
@@ -36,9 +37,11 @@ if TYPE_CHECKING:
     from chokaq.storage.admin_types import Actor, BulkResult, JobEdit, JobFilter
     from chokaq.storage.breakers import BreakerStore
     from chokaq.storage.history import WAIT_BASIS, WINDOWS, load_history
+    from chokaq.storage.incidents import Incident, crash_incidents
     from chokaq.storage.migrations import render_script
     from chokaq.storage.queries import render_queries
     from chokaq.storage.schedules import ScheduleStore
+    from chokaq.storage.verdicts import settle_verdict
     from chokaq.storage.workers import WorkerDirectory, WorkerPresence
 
 __all__ = [
@@ -50,6 +53,7 @@ __all__ = [
     "BreakerStore",
     "BulkResult",
     "Completion",
+    "Incident",
     "JobEdit",
     "JobFilter",
     "ScheduleStore",
@@ -59,11 +63,16 @@ __all__ = [
     "WorkerDirectory",
     "WorkerPresence",
     "WorkerStore",
+    "crash_incidents",
+    "finish_step",
     "is_transient",
     "listen",
     "load_history",
+    "load_steps",
     "render_queries",
     "render_script",
+    "settle_verdict",
+    "start_step",
 ]
 
 # Loaded on first use (see the module's docstring): name -> the module that defines it.
@@ -77,11 +86,14 @@ _LAZY = {
     "WAIT_BASIS": "chokaq.storage.history",
     "WINDOWS": "chokaq.storage.history",
     "load_history": "chokaq.storage.history",
+    "Incident": "chokaq.storage.incidents",
+    "crash_incidents": "chokaq.storage.incidents",
     "render_script": "chokaq.storage.migrations",
     "render_queries": "chokaq.storage.queries",
     "ScheduleStore": "chokaq.storage.schedules",
     "WorkerDirectory": "chokaq.storage.workers",
     "WorkerPresence": "chokaq.storage.workers",
+    "settle_verdict": "chokaq.storage.verdicts",
 }
 
 

@@ -17,6 +17,7 @@ from chokaq.domain.attempts import appended, final_failure, resurrected
 from chokaq.domain.errors import ConflictError, JobValidationError, NotFoundError
 from chokaq.domain.models import JobRecord, QueueInfo
 from chokaq.domain.states import FailureReason, JobStatus, Location
+from chokaq.domain.steps import ResurrectSteps
 from chokaq.storage.admin_types import Actor, BulkResult, JobEdit, JobFilter, Page, parse_snapshot, snapshot_text
 from chokaq.storage.cancel import cancel_jobs
 from chokaq.storage.listing import SORTS, TABLES, TIME_COLUMN, JobListing, contains
@@ -27,6 +28,7 @@ from chokaq.storage.retention import purge_older
 from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot
 from chokaq.storage.sqlfuncs import row_lock, utcnow
 from chokaq.storage.statements import FAILED, PENDING, status_is
+from chokaq.storage.steps import delete_steps, journal_at_resurrect
 from chokaq.storage.wakeups import notify
 
 # Re-exported: the API, the CLI and the Functions import these from here.
@@ -210,8 +212,17 @@ class AdminStore(JobListing):
             self.storage.queue_cache.ensure(c, q)
         return rows
 
-    def resurrect(self, job_id: str, actor: Actor, edit: JobEdit | None = None) -> JobRecord:
-        """DLQ -> Pending in one move: attempts reset, idempotency key cleared, priority default 10."""
+    def resurrect(
+        self,
+        job_id: str,
+        actor: Actor,
+        edit: JobEdit | None = None,
+        *,
+        steps: ResurrectSteps | None = None,
+        keep_steps: bool = False,
+    ) -> JobRecord:
+        """DLQ -> Pending in one move: attempts reset, idempotency key cleared, priority default 10.
+        ``steps``: what becomes of its step journal (storage/steps.py), audited with the choice."""
 
         def work(c: Connection) -> JobRecord:
             before = c.execute(row_lock(select(jobs_dlq).where(jobs_dlq.c.Id == job_id), jobs_dlq)).first()
@@ -224,6 +235,8 @@ class AdminStore(JobListing):
             details: dict[str, Any] = {"failure_reason": FailureReason(before._mapping["FailureReason"]).label}
             if edit is not None:
                 details.update(self._diff(dlq_record(before), edit))
+            edited = edit is not None and edit.payload is not None
+            details.update(journal_at_resurrect(c, [job_id], steps, edited=edited, keep_steps=keep_steps))
             self.audit(c, actor, "dlq.resurrect", [job_id], details)
             notify(c, rows[0]["Queue"])
             return hot_record(c.execute(select(jobs_hot).where(jobs_hot.c.Id == job_id)).one())
@@ -315,6 +328,7 @@ class AdminStore(JobListing):
         mover: Mover,
         expected_count: int | None = None,
         snapshot: str | None = None,
+        more: dict[str, Any] | None = None,  # what the mover adds to the audit row
     ) -> BulkResult:
         unique, max_jobs, bound = self._bulk_scope(ids, f, max_jobs, dry_run, expected_count, snapshot)
 
@@ -332,6 +346,7 @@ class AdminStore(JobListing):
                 if f is not None
                 else None
             )
+            details = {**(details or {}), **more} if more else details
             self.audit(c, actor, action, moved, details)
             skipped = [i for i in (unique or chosen) if i not in moved_set]
             return BulkResult(matched, len(moved), moved[:SAMPLE_IDS], skipped_ids=skipped)
@@ -351,12 +366,16 @@ class AdminStore(JobListing):
         dry_run: bool = False,
         expected_count: int | None = None,
         snapshot: str | None = None,
+        steps: ResurrectSteps | None = None,
     ) -> BulkResult:
-        def mover(c: Connection, where: ColumnElement[bool]) -> list[str]:
-            rows = self._resurrect_rows(c, where, actor)
-            return [r["Id"] for r in rows]
+        more: dict[str, Any] = {}
 
-        return self._bulk("dlq.resurrect", ids, f, max_jobs, actor, dry_run, mover, expected_count, snapshot)
+        def mover(c: Connection, where: ColumnElement[bool]) -> list[str]:
+            moved = [r["Id"] for r in self._resurrect_rows(c, where, actor)]
+            more.update(journal_at_resurrect(c, moved, steps, edited=False, keep_steps=False))
+            return moved
+
+        return self._bulk("dlq.resurrect", ids, f, max_jobs, actor, dry_run, mover, expected_count, snapshot, more)
 
     def purge_dlq(
         self,
@@ -370,7 +389,9 @@ class AdminStore(JobListing):
         snapshot: str | None = None,
     ) -> BulkResult:
         def mover(c: Connection, where: ColumnElement[bool]) -> list[str]:
-            return [r[0] for r in c.execute(delete(jobs_dlq).where(where).returning(jobs_dlq.c.Id)).all()]
+            purged = [r[0] for r in c.execute(delete(jobs_dlq).where(where).returning(jobs_dlq.c.Id)).all()]
+            delete_steps(c, purged)  # the journal goes with its job
+            return purged
 
         return self._bulk("dlq.purge", ids, f, max_jobs, actor, dry_run, mover, expected_count, snapshot)
 

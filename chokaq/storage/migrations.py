@@ -15,6 +15,7 @@ from chokaq.storage.dialects import profile_of
 from chokaq.storage.schema import (
     SCHEMA,
     circuit_breakers,
+    job_steps,
     jobs_archive,
     jobs_dlq,
     jobs_hot,
@@ -96,6 +97,11 @@ def _v11_search_indexes(conn: Connection) -> None:
     profile_of(conn.dialect).create_search_indexes(conn)
 
 
+def _v10_step_journal(conn: Connection) -> None:
+    # The step journal (docs/steps.md): a new table keyed by job id. Step 1 may just have made it.
+    job_steps.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial", _v1_initial),
     (2, "drop IX_JobsHot_Worker", _v2_drop_worker_index),
@@ -106,6 +112,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (7, "Workers (worker presence), IX_JobsDLQ_ZombieWorker", _v7_workers),
     (8, "CircuitBreakers (a breaker per job type)", _v8_circuit_breakers),
     (9, "Logs and Progress on JobsHot, JobsArchive and JobsDLQ (job logs)", _v9_job_logs),
+    (10, "JobSteps (the step journal)", _v10_step_journal),
     (11, "DLQ search indexes (pg_trgm on PostgreSQL, FTS5 trigram on SQLite)", _v11_search_indexes),
 ]
 

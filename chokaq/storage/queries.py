@@ -20,6 +20,7 @@ from chokaq.storage.dialects import PROFILES, Profile
 from chokaq.storage.schema import jobs_dlq
 from chokaq.storage.statements import breakers as sb
 from chokaq.storage.statements import schedules as sch
+from chokaq.storage.statements import steps as stp
 from chokaq.storage.statements import workers as wk
 
 # Shown as a parameter: the run's clock minus Retention.DlqDays.
@@ -120,6 +121,17 @@ def statements(dialect_name: str) -> list[tuple[str, str, ClauseElement]]:
          "one batch", sb.expired_ids_statement(RetrySettings().max_job_age, cleanup)),
         ("sweep_breaker_move", "those jobs -> JobsDLQ as CircuitBreakerOpen, and FailedTotal",
          move(sb.expired_move_statements(RetrySettings().max_job_age))),
+        ("step_start", "ctx.step: a step's start, written only while the worker holds the job at its attempt "
+         "(its JobsHot row locked for the statement)", stp.step_start_statement()),
+        ("step_restart", "ctx.step: a start never confirmed (or failed) in an earlier attempt, started again (fenced)",
+         stp.step_restart_statement()),
+        ("step_done", "ctx.step: the step's end, done with its result or failed (fenced)",
+         stp.step_done_statement(False)),
+        ("step_mark_done", "ctx.step: a start of an earlier attempt the handler found done (mark_done; fenced)",
+         stp.step_done_statement(True)),
+        ("steps_load", "ctx.step: the job's journal, read once per run at its first step", stp.steps_of_statement()),
+        ("retention_dlq_steps", "Retention.DlqDays: the step journals of the batch below, first, in its transaction",
+         stp.purge_older_steps_statement(jobs_dlq, jobs_dlq.c.FailedAtUtc, RETENTION_CUTOFF, cleanup)),
         ("retention_dlq", f"Retention.DlqDays: the oldest dead jobs past the cutoff deleted, {cleanup} per transaction",
          st.purge_older_statement(jobs_dlq, jobs_dlq.c.FailedAtUtc, RETENTION_CUTOFF, cleanup)),
     ]  # fmt: skip

@@ -11,6 +11,7 @@ from sqlalchemy import Column, Connection, Table
 
 from chokaq.storage.admin_types import Actor
 from chokaq.storage.statements import purge_older_statement
+from chokaq.storage.statements.steps import purge_older_steps_statement
 
 if TYPE_CHECKING:
     from chokaq.storage.store import Storage
@@ -43,6 +44,8 @@ def purge_older(
     while True:
 
         def work(c: Connection) -> int:
+            # The journals of the batch first (the same oldest rows): they go with their jobs.
+            c.execute(purge_older_steps_statement(table, time_column, older_than, size))
             n = int(c.execute(purge_older_statement(table, time_column, older_than, size)).rowcount or 0)
             if n:
                 audit(c, actor, action, [], {"older_than": older_than.isoformat(), "deleted": n, "batch_size": size})

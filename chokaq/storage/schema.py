@@ -41,6 +41,7 @@ from sqlalchemy.sql.compiler import DDLCompiler, GenericTypeCompiler
 from sqlalchemy.types import TypeEngine
 
 from chokaq.domain import limits
+from chokaq.domain.steps import MAX_STEP_NAME_LEN
 
 SCHEMA = "chokaq"
 
@@ -365,3 +366,20 @@ Index("IX_Workers_StateLastSeen", workers.c.State, workers.c.LastSeenUtc)
 # a list (they can be the largest columns, and neither needs them).
 NOTES_COLUMNS = frozenset({"Logs", "Progress"})
 hot_record_columns = tuple(col for col in jobs_hot.c if col.name not in NOTES_COLUMNS)
+# The step journal (docs/steps.md): one row per step a job's handler began, keyed by the job's id
+# so it survives the job's moves (archive, DLQ, resurrect) untouched. State 0 started, 1 done; a
+# row is written before the step's body runs and updated before the handler goes on, each write
+# fenced by the worker and attempt holding the job.
+job_steps = Table(
+    "JobSteps",
+    metadata,
+    Column("JobId", IdKey(limits.MAX_JOB_ID_LEN), nullable=False),
+    Column("Name", Key(MAX_STEP_NAME_LEN), nullable=False),
+    Column("Attempt", Integer, nullable=False),
+    Column("WorkerId", Key(limits.MAX_WORKER_ID_LEN), nullable=False),
+    Column("State", Integer, nullable=False),
+    Column("StartedAtUtc", UtcTime, nullable=False),
+    Column("DoneAtUtc", UtcTime),
+    Column("Result", LongText),
+    PrimaryKeyConstraint("JobId", "Name", name="PK_JobSteps"),
+)

@@ -27,6 +27,17 @@ CREATE TABLE chokaq."CircuitBreakers" (
 	"LastUpdatedUtc" TIMESTAMP WITHOUT TIME ZONE NOT NULL, 
 	PRIMARY KEY ("JobType")
 );
+CREATE TABLE chokaq."JobSteps" (
+	"JobId" VARCHAR(50) NOT NULL, 
+	"Name" VARCHAR(200) NOT NULL, 
+	"Attempt" INTEGER NOT NULL, 
+	"WorkerId" VARCHAR(100) NOT NULL, 
+	"State" INTEGER NOT NULL, 
+	"StartedAtUtc" TIMESTAMP WITHOUT TIME ZONE NOT NULL, 
+	"DoneAtUtc" TIMESTAMP WITHOUT TIME ZONE, 
+	"Result" TEXT, 
+	CONSTRAINT "PK_JobSteps" PRIMARY KEY ("JobId", "Name")
+);
 CREATE TABLE chokaq."JobsArchive" (
 	"Id" VARCHAR(50) NOT NULL, 
 	"Queue" VARCHAR(255) NOT NULL, 
@@ -179,4 +190,5 @@ INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALU
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (7, 'Workers (worker presence), IX_JobsDLQ_ZombieWorker', (now() AT TIME ZONE 'UTC'));
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (8, 'CircuitBreakers (a breaker per job type)', (now() AT TIME ZONE 'UTC'));
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (9, 'Logs and Progress on JobsHot, JobsArchive and JobsDLQ (job logs)', (now() AT TIME ZONE 'UTC'));
+INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (10, 'JobSteps (the step journal)', (now() AT TIME ZONE 'UTC'));
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (11, 'DLQ search indexes (pg_trgm on PostgreSQL, FTS5 trigram on SQLite)', (now() AT TIME ZONE 'UTC'));

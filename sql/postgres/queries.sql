@@ -261,6 +261,45 @@ FROM moved GROUP BY moved."Queue" ORDER BY moved."Queue" ON CONFLICT ("Queue") D
  SELECT moved."Id", moved."Queue"
 FROM moved;
 
+-- name: step_start
+-- ctx.step: a step's start, written only while the worker holds the job at its attempt (its JobsHot row locked for the statement)
+INSERT INTO chokaq."JobSteps" ("JobId", "Name", "Attempt", "WorkerId", "State", "StartedAtUtc") SELECT chokaq."JobsHot"."Id", :step_name::VARCHAR AS anon_1, chokaq."JobsHot"."AttemptCount", chokaq."JobsHot"."WorkerId", 0, (clock_timestamp() AT TIME ZONE 'UTC') AS anon_2
+FROM chokaq."JobsHot"
+WHERE chokaq."JobsHot"."Id" = :step_job::VARCHAR AND chokaq."JobsHot"."Status" = 2 AND chokaq."JobsHot"."WorkerId" = :step_worker::VARCHAR AND chokaq."JobsHot"."AttemptCount" = :step_attempt::INTEGER AND NOT (EXISTS (SELECT 1
+FROM chokaq."JobSteps"
+WHERE chokaq."JobSteps"."JobId" = :step_job::VARCHAR AND chokaq."JobSteps"."Name" = :step_name::VARCHAR)) FOR SHARE OF "JobsHot" RETURNING chokaq."JobSteps"."State";
+
+-- name: step_restart
+-- ctx.step: a start never confirmed (or failed) in an earlier attempt, started again (fenced)
+UPDATE chokaq."JobSteps" SET "Attempt"=:step_attempt::INTEGER, "WorkerId"=:step_worker::VARCHAR, "State"=0, "StartedAtUtc"=(clock_timestamp() AT TIME ZONE 'UTC'), "DoneAtUtc"=NULL, "Result"=NULL WHERE chokaq."JobSteps"."JobId" = :step_job::VARCHAR AND chokaq."JobSteps"."Name" = :step_name::VARCHAR AND chokaq."JobSteps"."State" != 1 AND (EXISTS (SELECT 1
+FROM chokaq."JobsHot"
+WHERE chokaq."JobsHot"."Id" = :step_job::VARCHAR AND chokaq."JobsHot"."Status" = 2 AND chokaq."JobsHot"."WorkerId" = :step_worker::VARCHAR AND chokaq."JobsHot"."AttemptCount" = :step_attempt::INTEGER FOR SHARE OF "JobsHot")) RETURNING chokaq."JobSteps"."State";
+
+-- name: step_done
+-- ctx.step: the step's end, done with its result or failed (fenced)
+UPDATE chokaq."JobSteps" SET "State"=:step_state::INTEGER, "DoneAtUtc"=(clock_timestamp() AT TIME ZONE 'UTC'), "Result"=:step_result::VARCHAR WHERE chokaq."JobSteps"."JobId" = :step_job::VARCHAR AND chokaq."JobSteps"."Name" = :step_name::VARCHAR AND chokaq."JobSteps"."Attempt" = :step_attempt::INTEGER AND chokaq."JobSteps"."WorkerId" = :step_worker::VARCHAR AND (EXISTS (SELECT 1
+FROM chokaq."JobsHot"
+WHERE chokaq."JobsHot"."Id" = :step_job::VARCHAR AND chokaq."JobsHot"."Status" = 2 AND chokaq."JobsHot"."WorkerId" = :step_worker::VARCHAR AND chokaq."JobsHot"."AttemptCount" = :step_attempt::INTEGER FOR SHARE OF "JobsHot")) RETURNING chokaq."JobSteps"."State";
+
+-- name: step_mark_done
+-- ctx.step: a start of an earlier attempt the handler found done (mark_done; fenced)
+UPDATE chokaq."JobSteps" SET "Attempt"=:step_attempt::INTEGER, "WorkerId"=:step_worker::VARCHAR, "State"=1, "DoneAtUtc"=(clock_timestamp() AT TIME ZONE 'UTC'), "Result"=:step_result::VARCHAR WHERE chokaq."JobSteps"."JobId" = :step_job::VARCHAR AND chokaq."JobSteps"."Name" = :step_name::VARCHAR AND chokaq."JobSteps"."State" = 0 AND (EXISTS (SELECT 1
+FROM chokaq."JobsHot"
+WHERE chokaq."JobsHot"."Id" = :step_job::VARCHAR AND chokaq."JobsHot"."Status" = 2 AND chokaq."JobsHot"."WorkerId" = :step_worker::VARCHAR AND chokaq."JobsHot"."AttemptCount" = :step_attempt::INTEGER FOR SHARE OF "JobsHot")) RETURNING chokaq."JobSteps"."State";
+
+-- name: steps_load
+-- ctx.step: the job's journal, read once per run at its first step
+SELECT chokaq."JobSteps"."Name", chokaq."JobSteps"."Attempt", chokaq."JobSteps"."WorkerId", chokaq."JobSteps"."State", chokaq."JobSteps"."StartedAtUtc", chokaq."JobSteps"."DoneAtUtc", chokaq."JobSteps"."Result"
+FROM chokaq."JobSteps"
+WHERE chokaq."JobSteps"."JobId" = :step_job::VARCHAR ORDER BY chokaq."JobSteps"."StartedAtUtc", chokaq."JobSteps"."Name";
+
+-- name: retention_dlq_steps
+-- Retention.DlqDays: the step journals of the batch below, first, in its transaction
+DELETE FROM chokaq."JobSteps" WHERE chokaq."JobSteps"."JobId" IN (SELECT chokaq."JobsDLQ"."Id"
+FROM chokaq."JobsDLQ"
+WHERE chokaq."JobsDLQ"."FailedAtUtc" < :FailedAtUtc_1::TIMESTAMP WITHOUT TIME ZONE ORDER BY chokaq."JobsDLQ"."FailedAtUtc"
+ LIMIT :param_1::INTEGER);
+
 -- name: retention_dlq
 -- Retention.DlqDays: the oldest dead jobs past the cutoff deleted, 1000 per transaction
 DELETE FROM chokaq."JobsDLQ" WHERE chokaq."JobsDLQ"."Id" IN (SELECT chokaq."JobsDLQ"."Id"

@@ -41,6 +41,18 @@ CREATE TABLE chokaq.[CircuitBreakers] (
 	PRIMARY KEY ([JobType])
 )
 GO
+CREATE TABLE chokaq.[JobSteps] (
+	[JobId] VARCHAR(50) COLLATE Latin1_General_100_BIN2 NOT NULL, 
+	[Name] NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NOT NULL, 
+	[Attempt] INTEGER NOT NULL, 
+	[WorkerId] NVARCHAR(100) COLLATE Latin1_General_100_BIN2 NOT NULL, 
+	[State] INTEGER NOT NULL, 
+	[StartedAtUtc] DATETIME2(7) NOT NULL, 
+	[DoneAtUtc] DATETIME2(7) NULL, 
+	[Result] NVARCHAR(max) NULL, 
+	CONSTRAINT [PK_JobSteps] PRIMARY KEY ([JobId], [Name])
+)
+GO
 CREATE TABLE chokaq.[JobsArchive] (
 	[Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 NOT NULL, 
 	[Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL, 
@@ -218,6 +230,8 @@ GO
 INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (8, 'CircuitBreakers (a breaker per job type)', SYSUTCDATETIME())
 GO
 INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (9, 'Logs and Progress on JobsHot, JobsArchive and JobsDLQ (job logs)', SYSUTCDATETIME())
+GO
+INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (10, 'JobSteps (the step journal)', SYSUTCDATETIME())
 GO
 INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (11, 'DLQ search indexes (pg_trgm on PostgreSQL, FTS5 trigram on SQLite)', SYSUTCDATETIME())
 GO

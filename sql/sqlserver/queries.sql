@@ -337,6 +337,50 @@ SET NOCOUNT OFF;
 SELECT [Id], [Queue] FROM @moved
 GO
 
+-- name: step_start
+-- ctx.step: a step's start, written only while the worker holds the job at its attempt (its JobsHot row locked for the statement)
+INSERT INTO chokaq.[JobSteps] ([JobId], [Name], [Attempt], [WorkerId], [State], [StartedAtUtc]) OUTPUT inserted.[State] SELECT chokaq.[JobsHot].[Id], :step_name AS anon_1, chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], 0, SYSUTCDATETIME() AS anon_2
+FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK)
+WHERE chokaq.[JobsHot].[Id] = :step_job AND chokaq.[JobsHot].[Status] = 2 AND chokaq.[JobsHot].[WorkerId] = :step_worker AND chokaq.[JobsHot].[AttemptCount] = :step_attempt AND NOT (EXISTS (SELECT 1
+FROM chokaq.[JobSteps]
+WHERE chokaq.[JobSteps].[JobId] = :step_job AND chokaq.[JobSteps].[Name] = :step_name))
+GO
+
+-- name: step_restart
+-- ctx.step: a start never confirmed (or failed) in an earlier attempt, started again (fenced)
+UPDATE chokaq.[JobSteps] SET [Attempt]=:step_attempt, [WorkerId]=:step_worker, [State]=0, [StartedAtUtc]=SYSUTCDATETIME(), [DoneAtUtc]=NULL, [Result]=NULL OUTPUT inserted.[State] WHERE chokaq.[JobSteps].[JobId] = :step_job AND chokaq.[JobSteps].[Name] = :step_name AND chokaq.[JobSteps].[State] != 1 AND (EXISTS (SELECT 1
+FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK)
+WHERE chokaq.[JobsHot].[Id] = :step_job AND chokaq.[JobsHot].[Status] = 2 AND chokaq.[JobsHot].[WorkerId] = :step_worker AND chokaq.[JobsHot].[AttemptCount] = :step_attempt))
+GO
+
+-- name: step_done
+-- ctx.step: the step's end, done with its result or failed (fenced)
+UPDATE chokaq.[JobSteps] SET [State]=:step_state, [DoneAtUtc]=SYSUTCDATETIME(), [Result]=:step_result OUTPUT inserted.[State] WHERE chokaq.[JobSteps].[JobId] = :step_job AND chokaq.[JobSteps].[Name] = :step_name AND chokaq.[JobSteps].[Attempt] = :step_attempt AND chokaq.[JobSteps].[WorkerId] = :step_worker AND (EXISTS (SELECT 1
+FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK)
+WHERE chokaq.[JobsHot].[Id] = :step_job AND chokaq.[JobsHot].[Status] = 2 AND chokaq.[JobsHot].[WorkerId] = :step_worker AND chokaq.[JobsHot].[AttemptCount] = :step_attempt))
+GO
+
+-- name: step_mark_done
+-- ctx.step: a start of an earlier attempt the handler found done (mark_done; fenced)
+UPDATE chokaq.[JobSteps] SET [Attempt]=:step_attempt, [WorkerId]=:step_worker, [State]=1, [DoneAtUtc]=SYSUTCDATETIME(), [Result]=:step_result OUTPUT inserted.[State] WHERE chokaq.[JobSteps].[JobId] = :step_job AND chokaq.[JobSteps].[Name] = :step_name AND chokaq.[JobSteps].[State] = 0 AND (EXISTS (SELECT 1
+FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK)
+WHERE chokaq.[JobsHot].[Id] = :step_job AND chokaq.[JobsHot].[Status] = 2 AND chokaq.[JobsHot].[WorkerId] = :step_worker AND chokaq.[JobsHot].[AttemptCount] = :step_attempt))
+GO
+
+-- name: steps_load
+-- ctx.step: the job's journal, read once per run at its first step
+SELECT chokaq.[JobSteps].[Name], chokaq.[JobSteps].[Attempt], chokaq.[JobSteps].[WorkerId], chokaq.[JobSteps].[State], chokaq.[JobSteps].[StartedAtUtc], chokaq.[JobSteps].[DoneAtUtc], chokaq.[JobSteps].[Result]
+FROM chokaq.[JobSteps]
+WHERE chokaq.[JobSteps].[JobId] = :step_job ORDER BY chokaq.[JobSteps].[StartedAtUtc], chokaq.[JobSteps].[Name]
+GO
+
+-- name: retention_dlq_steps
+-- Retention.DlqDays: the step journals of the batch below, first, in its transaction
+DELETE FROM chokaq.[JobSteps] WHERE chokaq.[JobSteps].[JobId] IN (SELECT TOP 1000 chokaq.[JobsDLQ].[Id]
+FROM chokaq.[JobsDLQ]
+WHERE chokaq.[JobsDLQ].[FailedAtUtc] < :FailedAtUtc_1 ORDER BY chokaq.[JobsDLQ].[FailedAtUtc])
+GO
+
 -- name: retention_dlq
 -- Retention.DlqDays: the oldest dead jobs past the cutoff deleted, 1000 per transaction
 DELETE FROM chokaq.[JobsDLQ] WHERE chokaq.[JobsDLQ].[Id] IN (SELECT TOP 1000 chokaq.[JobsDLQ].[Id]

@@ -40,6 +40,7 @@ ROUTES: list[tuple[str, str, str, Any, str, int]] = [
     ("cancel", "POST", "/api/jobs/cancel", {"ids": ["{P}"]}, "operator", 200),
     ("reschedule", "POST", "/api/jobs/{P}/reschedule", {"now": True}, "operator", 200),
     ("dlq_list", "GET", "/api/dlq", None, "viewer", 200),
+    ("dlq_incidents", "GET", "/api/dlq/incidents", None, "viewer", 200),
     ("dlq_show", "GET", "/api/dlq/{D}", None, "viewer", 200),
     ("dlq_edit", "PATCH", "/api/dlq/{D}", {"tags": "x"}, "operator", 200),
     ("dlq_edit_force", "PATCH", "/api/dlq/{D}", {"payload": [], "force": True}, "admin", 200),

@@ -126,3 +126,49 @@ async def chatty_then_stuck(payload: dict[str, object], ctx: JobContext) -> None
     _record(ctx.job_id, "start")
     while not ctx.is_cancelled():
         await asyncio.sleep(0.05)
+
+
+# Steps (tests/acceptance/test_steps_crash.py): each side effect appends "effect:<step>" to the
+# record file, so a test counts how often each step's effect happened across processes. Step two
+# waits inside its body, and the handler waits between steps one and two, until the file
+# payload["release"] exists: the test kills the worker while it waits.
+async def _wait_for(path: str, job_id: str, what: str) -> None:
+    import asyncio
+
+    _record(job_id, what)
+    while not os.path.exists(path):
+        await asyncio.sleep(0.02)
+
+
+@app.job("three_steps")
+async def three_steps(payload: dict[str, str], ctx: JobContext) -> None:
+    from chokaq import StepOutcomeUnknown
+
+    job, release = ctx.job_id, payload["release"]
+
+    async def effect(name: str) -> str:
+        if name == "two":
+            await _wait_for(release, job, "inside:two")
+        _record(job, f"effect:{name}")
+        return f"{name} at attempt {ctx.attempt}"
+
+    await ctx.step("one", effect, "one")
+    if payload.get("pause") == "between":
+        await _wait_for(release, job, "between:one-two")
+    try:
+        await ctx.step("two", effect, "two")
+    except StepOutcomeUnknown as unknown:
+        # Check the outside world: did step two's effect happen before the crash?
+        done = any(line.split()[:2] == ["effect:two", job] for line in _lines())
+        _record(job, f"resolved:two:{'done' if done else 'again'}")
+        if done:
+            await unknown.step.mark_done("two, found done after the crash")
+        else:
+            unknown.step.run_again()
+        await ctx.step("two", effect, "two")
+    await ctx.step("three", effect, "three")
+
+
+def _lines() -> list[str]:
+    path = os.environ.get("CHOKAQ_TEST_RECORD", "")
+    return open(path).read().splitlines() if path and os.path.exists(path) else []

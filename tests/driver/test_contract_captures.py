@@ -416,10 +416,13 @@ def test_a_resurrect_moves_the_row_then_gives_back_the_failure_count(mssql: Stor
         "INSERT INTO",
         "UPDATE chokaq.[StatsSummary]",
         "SELECT chokaq.[Queues].[Name]",
+        "SELECT chokaq.[JobSteps].[JobId],",
         "INSERT INTO",
         "SELECT chokaq.[JobsHot].[Id],",
     ]
-    locked, _, insert, given_back, _, audit, _ = stmts
+    locked, _, insert, given_back, _, journal, audit, _ = stmts
+    # Whether it has a step journal (none here: kept as it is, nothing said of it in the audit).
+    assert "OPENJSON" in journal.sql and journal.params[0] == ('["01A"]',)
     assert "FROM chokaq.[JobsDLQ] WITH (UPDLOCK, ROWLOCK)" in locked.sql
     assert insert.sql.startswith("INSERT INTO chokaq.[JobsHot]") and given_back.params == [(-1, "default")]
     # The zombie's lost attempt and the resurrect join the history, typed as Unicode text.
@@ -427,7 +430,7 @@ def test_a_resurrect_moves_the_row_then_gives_back_the_failure_count(mssql: Stor
     assert [(e["outcome"], e.get("by")) for e in json.loads(history)] == [("worker lost", None), ("resurrected", "ops")]
     assert size_of(insert, history) == SQL_WVARCHAR
     assert audit.sql.startswith("INSERT INTO chokaq.[AuditLog]") and "dlq.resurrect" in audit.params[0]
-    assert [c.describes for c in stmts if c is not insert] == [0] * 6
+    assert [c.describes for c in stmts if c is not insert] == [0] * 7
     # The move into JobsHot binds the cleared HeartbeatUtc and StartedAtUtc as NULLs that
     # setinputsizes leaves untyped (DateTime): pyodbc describes those two, a server round trip per
     # resurrect (an operator's action, not the worker's path). Nothing else goes undescribed.

@@ -25,8 +25,14 @@ def test_dlq_retention_is_one_bounded_delete_per_batch_with_its_audit_row(mssql:
     recorder.answer(r"^DELETE FROM chokaq\.\[JobsDLQ\]", [], rowcount=1, once=True)
     assert AdminStore(mssql).purge_dlq_older(CUTOFF, SYSTEM, batch_size=2) == 5
 
-    deletes = [c for c in recorder.statements if c.sql.startswith("DELETE")]
+    deletes = [c for c in recorder.statements if c.sql.startswith("DELETE FROM chokaq.[JobsDLQ]")]
     assert len(deletes) == 3
+    # Each batch's step journals go first, chosen by the same bounded subquery, in its transaction.
+    journals = [c for c in recorder.statements if c.sql.startswith("DELETE FROM chokaq.[JobSteps]")]
+    assert len(journals) == 3
+    for j in journals:
+        assert "[JobSteps].[JobId] IN (SELECT TOP 2 chokaq.[JobsDLQ].[Id]" in j.sql
+        assert j.param_count == 1 and j.params[0] == (CUTOFF,) and j.describes == 0
     for d in deletes:
         # The oldest rows by IX_JobsDLQ_FailedAt, TOP bound as a literal, two parameters only.
         oldest = r"SELECT TOP 2 chokaq\.\[JobsDLQ\]\.\[Id\].*ORDER BY chokaq\.\[JobsDLQ\]\.\[FailedAtUtc\]"
@@ -47,7 +53,7 @@ def test_dlq_retention_is_one_bounded_delete_per_batch_with_its_audit_row(mssql:
 def test_dlq_retention_stops_after_an_empty_batch(mssql: Storage, recorder: Recorder) -> None:
     recorder.answer(r"^DELETE FROM chokaq\.\[JobsDLQ\]", [], rowcount=0)
     assert AdminStore(mssql).purge_dlq_older(CUTOFF, SYSTEM, batch_size=1000) == 0
-    assert len([c for c in recorder.statements if c.sql.startswith("DELETE")]) == 1
+    assert len([c for c in recorder.statements if c.sql.startswith("DELETE FROM chokaq.[JobsDLQ]")]) == 1
     assert not [c for c in recorder.statements if "[AuditLog]" in c.sql]  # nothing deleted: nothing audited
 
 

@@ -9,6 +9,7 @@ import { fmtDuration, fmtMs, fmtTime, num } from "./format.js";
 import { logsSection, progressSection } from "./job_logs.js";
 import { scheduleRefresh } from "./refresh.js";
 import { atLeast, may, role, state } from "./state.js";
+import { chooseSteps, stepsSection } from "./steps.js";
 
 function schemaFor(type) {
   const hnd = state.meta && state.meta.handlers.find((x) => x.type === type);
@@ -248,6 +249,7 @@ function renderInspector(replaceEditor) {
 
   const sections = [
     head, msg, facts, progressSection(job), zombieSec, attemptsSection(job), logsSection(job),
+    head, msg, facts, zombieSec, stepsSection(job), attemptsSection(job),
     job.error_details || job.location === "dlq" ? h("section", { class: "insp-sec" },
       h("h3", {}, "Error details"),
       h("pre", { class: "code error-details", tabindex: "0", testid: "insp-error", "aria-label": "Error details" },
@@ -362,10 +364,16 @@ function inspectorSave() {
   inspectorAct(() => api("PATCH", path, body), job.location === "dlq" ? "Saved. The job stays in the DLQ." : "Saved.");
 }
 
-function inspectorResurrect() {
+async function inspectorResurrect() {
   const body = inspectorBody({ resurrect: true });
   if (!body) return;
-  const id = state.insp.job.id;
+  const job = state.insp.job;
+  const id = job.id;
+  if (job.steps && job.steps.length) {
+    const choice = await chooseSteps(job, body.payload_text !== undefined);
+    if (!choice || !state.insp || state.insp.job !== job) return;
+    Object.assign(body, choice);
+  }
   inspectorAct(() => api("POST", `/api/dlq/${encodeURIComponent(id)}/resurrect`, body),
     "Resurrected: the job is Pending again with a fresh retry budget.");
 }

@@ -4,6 +4,7 @@ import { $$ } from "./dom.js";
 import { state } from "./state.js";
 import { loadAudit } from "./views/audit.js";
 import { loadBreakers } from "./views/breakers.js";
+import { loadIncidents } from "./views/incidents.js";
 import { loadList } from "./views/lists.js";
 import { loadOverview } from "./views/overview.js";
 import { loadQueues } from "./views/queues.js";
@@ -11,6 +12,7 @@ import { loadSchedules } from "./views/schedules.js";
 import { loadWorkers } from "./views/workers.js";
 
 const VIEWS = ["overview", "queues", "schedules", "breakers", "workers", "hot", "archive", "dlq", "audit"];
+const VIEWS = ["overview", "queues", "schedules", "hot", "archive", "dlq", "incidents", "audit"];
 
 export function route() {
   const parts = location.hash.replace(/^#\/?/, "").split(/[?]/)[0].split("/");
@@ -39,6 +41,7 @@ export async function refreshView() {
   if (v === "breakers") return loadBreakers();
   if (v === "workers") return loadWorkers();
   if (v === "hot" || v === "archive" || v === "dlq") return loadList(v);
+  if (v === "incidents") return loadIncidents();
   if (v === "audit") return loadAudit();
   return undefined;
 }
