@@ -471,23 +471,6 @@ class ScheduleRunOut(BaseModel):
     job_id: str
 
 
-# ---------------------------------------------------------------------------- circuit breakers
-class BreakerOut(BaseModel):
-    job_type: str
-    state: str = Field(description="closed, open or half_open")
-    failure_count: int = Field(description="failed attempts counted in the current window (or since it opened)")
-    window_start_utc: str | None
-    opened_at_utc: str | None
-    open_until_utc: str | None = Field(description="when probes may start (open)")
-    probes_in_flight: int
-    updated_by: str | None = Field(description="the worker or operator behind the last change")
-    last_updated_utc: str | None
-
-
-class BreakerListOut(BaseModel):
-    items: list[BreakerOut]
-
-
 class IncidentOut(BaseModel):
     """The zombies one worker left (docs/steps.md): decide for all of them with a bulk action on the
     DLQ filtered by ``worker`` and ``failure_reason: Zombie`` (preview first, as always)."""

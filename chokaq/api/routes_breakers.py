@@ -7,7 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 
 from chokaq.api.common import ERRORS, NOT_FOUND, Operator, Viewer, actor, operations
-from chokaq.api.models import BreakerListOut, BreakerOut, TypeName
+from chokaq.api.models import TypeName
+from chokaq.api.models_breakers import BreakerListOut, BreakerOut
 from chokaq.domain import limits
 from chokaq.domain.breakers import BreakerState
 from chokaq.operations.job_out import iso
