@@ -33,8 +33,7 @@ from chokaq.domain.errors import ConflictError, JobValidationError, NotFoundErro
 from chokaq.operations.service import Operations
 from chokaq.redact import redact
 from chokaq.runtime.app import ChokaQ
-from chokaq.storage import AdminStore
-from chokaq.storage.figures_cache import FiguresCache
+from chokaq.storage import AdminStore, FiguresCache
 
 log = logging.getLogger("chokaq.api")
 

@@ -15,8 +15,7 @@ from chokaq.domain.errors import NotFoundError
 from chokaq.domain.models import check_payload_text, encode_payload
 from chokaq.operations.service import Operations
 from chokaq.runtime.app import ChokaQ
-from chokaq.storage import Actor, AdminStore
-from chokaq.storage.figures_cache import FiguresCache
+from chokaq.storage import Actor, AdminStore, FiguresCache
 
 Viewer = Annotated[Principal, Depends(require(VIEWER))]
 Operator = Annotated[Principal, Depends(require(OPERATOR))]

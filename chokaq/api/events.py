@@ -29,7 +29,7 @@ from chokaq.api.common import ERRORS, Viewer, chokaq_app, figures
 from chokaq.api.models import ErrorOut, EventOut, RecentEventsOut, figures_out
 from chokaq.api.stream_hub import Slot, StreamHub, TooManyStreams
 from chokaq.runtime.events import Event, EventBus
-from chokaq.storage.figures_cache import FiguresCache
+from chokaq.storage import FiguresCache
 
 log = logging.getLogger("chokaq.api.events")
 router = APIRouter(prefix="/api/events", tags=["events"])

@@ -22,7 +22,7 @@ from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError
 from chokaq.operations.job_out import JobOut, iso
 from chokaq.runtime.events import EventKind
-from chokaq.storage.figures_cache import Figures
+from chokaq.storage import Figures
 
 __all__ = ["JobOut"]  # the public job shape lives beside the operations: the CLI prints it without FastAPI
 

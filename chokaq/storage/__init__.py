@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from chokaq.storage.admin import AdminStore
     from chokaq.storage.admin_types import Actor, BulkResult, JobEdit, JobFilter
     from chokaq.storage.breakers import BreakerStore
+    from chokaq.storage.figures_cache import Figures, FiguresCache
     from chokaq.storage.history import WAIT_BASIS, WINDOWS, load_history
     from chokaq.storage.incidents import Incident, crash_incidents
     from chokaq.storage.migrations import render_script
@@ -53,6 +54,8 @@ __all__ = [
     "BreakerStore",
     "BulkResult",
     "Completion",
+    "Figures",
+    "FiguresCache",
     "Incident",
     "JobEdit",
     "JobFilter",
@@ -81,6 +84,8 @@ _LAZY = {
     "Actor": "chokaq.storage.admin_types",
     "BreakerStore": "chokaq.storage.breakers",
     "BulkResult": "chokaq.storage.admin_types",
+    "Figures": "chokaq.storage.figures_cache",
+    "FiguresCache": "chokaq.storage.figures_cache",
     "JobEdit": "chokaq.storage.admin_types",
     "JobFilter": "chokaq.storage.admin_types",
     "WAIT_BASIS": "chokaq.storage.history",
