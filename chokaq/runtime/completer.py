@@ -6,12 +6,6 @@ has it. A transient error (see ``chokaq.storage.is_transient``) is retried after
 however long the outage lasts, so the sweep never buries work that is done; a replay that finds
 its own earlier success counts as one (see Storage.complete and friends). A non-transient error
 cannot be helped by retrying: that outcome is abandoned to the sweep and the rest go on.
-
-A worker may keep more than one write in flight (``writers``, the database profile's
-``outcome_writers``): outcomes held while a write is out count against the worker's bound of
-2 x Concurrency (see slots.py), so a write that waits on the one before it stops new starts. A
-further write overlaps only once ``overlap_from`` outcomes wait: an overlapping write of a single
-row would spend a statement per job where one batch would have carried them all.
 """
 
 from __future__ import annotations
@@ -78,13 +72,9 @@ class Completer:
         retryable: Callable[[BaseException], bool] = is_transient,
         events: EventBus | None = None,
         breakers: BreakerGuard | None = None,
-        writers: int = 1,
-        overlap_from: int = 1,
     ) -> None:
         """``retry_delay(attempt)`` and ``retryable(exc)`` are the retry policy. ``events`` is the
-        app's bus that hears of each recorded outcome (``None``: nobody in this process listens).
-        ``writers``: how many :meth:`run` loops the worker starts; ``overlap_from``: the outcomes
-        that must wait before a write starts beside one already in flight."""
+        app's bus that hears of each recorded outcome (``None``: nobody in this process listens)."""
         self.store = store
         self.owner = owner
         self.outage = outage
@@ -98,32 +88,17 @@ class Completer:
         # than an asyncio.Queue's put and get).
         self._pending: list[Outcome] = []
         self._arrived = Changes()
-        self.writers = max(1, writers)
-        self._overlap_from = max(1, overlap_from)
-        self._in_flight = 0
 
     def put(self, outcome: Outcome) -> None:
         self._pending.append(outcome)
         self._arrived.notify()
 
-    def _may_take(self) -> bool:
-        waiting = len(self._pending)
-        if not waiting:
-            return False
-        return self._in_flight == 0 or (self._in_flight < self.writers and waiting >= self._overlap_from)
-
     async def run(self) -> None:
-        """Take every outcome waiting, record them as one batch, repeat. The worker runs
-        ``writers`` of these loops side by side."""
+        """Take every outcome waiting, record them as one batch, repeat."""
         while True:
-            await self._arrived.until(self._may_take)
+            await self._arrived.until(lambda: bool(self._pending))
             batch, self._pending = self._pending, []
-            self._in_flight += 1
-            try:
-                await self.record(batch)
-            finally:
-                self._in_flight -= 1
-                self._arrived.notify()  # another loop may have been waiting for this write's end
+            await self.record(batch)
 
     async def record(self, batch: list[Outcome]) -> None:
         successes = [o for o in batch if o.kind == "success"]

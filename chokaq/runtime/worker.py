@@ -108,18 +108,7 @@ class Worker:
             events=app.bus,
             probe_interval=self.settings.storage.polling_interval,
         )
-        writers = self.storage.profile.outcome_writers
-        overlap = (self.concurrency + 1) // 2  # an overlapping write carries at least half a round of jobs
-        self.completer = Completer(
-            self.store,
-            self,
-            self.outage,
-            self.counts,
-            events=app.bus,
-            breakers=self.breakers,
-            writers=writers,
-            overlap_from=overlap,
-        )
+        self.completer = Completer(self.store, self, self.outage, self.counts, events=app.bus, breakers=self.breakers)
         self.deadlines = Deadlines(lambda run: run.cancel(CANCEL_TIMEOUT))
         collaborators = (self.slots, self.deadlines, self.heartbeat, self.completer)
         self.execution = Execution(
@@ -360,8 +349,7 @@ class Worker:
     def _helpers(self) -> Supervisor:
         helpers = Supervisor(self._helper_died)
         helpers.start("chokaq-heartbeat", self.heartbeat.run())
-        for n in range(self.completer.writers):
-            helpers.start("chokaq-finalize" if n == 0 else f"chokaq-finalize-{n + 1}", self.completer.run())
+        helpers.start("chokaq-finalize", self.completer.run())
         if self.outage.health_file is not None:
             helpers.start("chokaq-health", write_health_forever(self.outage))
         helpers.start("chokaq-schedules", fire_forever(self.storage, self.settings))

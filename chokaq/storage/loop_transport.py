@@ -44,7 +44,7 @@ __all__ = ["ConnectArgs", "LoopTransport", "loop_supported"]
 
 class LoopTransport:
     """Runs hot-path statements on the running event loop. One connection per call in flight (a
-    worker has at most four: two fetchers and the completer's two writes), kept between calls."""
+    worker has at most three: two fetchers and the completer), kept between calls."""
 
     def __init__(self, tx: Transactions, connect_args: tuple[Sequence[Any], Mapping[str, Any]]) -> None:
         self.tx = tx

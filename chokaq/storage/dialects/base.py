@@ -71,9 +71,6 @@ class Profile:
     fetch_returning: ClassVar[bool] = False
     #: The driver prepares statements on the server when asked (``cursor.execute(prepare=)``).
     prepared_statements: ClassVar[bool] = False
-    #: Outcome writes a worker keeps in flight at once. A second write overlaps the first's round
-    #: trip where the database runs writers side by side; SQLite's one write lock would only queue it.
-    outcome_writers: ClassVar[int] = 2
     #: Rows and parameters one multi-row INSERT may carry (a bulk enqueue splits its rows so).
     insert_rows_max: ClassVar[int] = 1000
     insert_params_max: ClassVar[int] = 32_000

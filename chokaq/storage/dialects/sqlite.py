@@ -35,7 +35,6 @@ class SqliteProfile(Profile):
     lost_replies = False
     autocommit_statements = False
     queries_script = False
-    outcome_writers = 1
 
     def build_engine(self, url: URL, options: EngineOptions) -> Engine:
         return _sqlite_engine(url, echo=options.echo)
