@@ -101,7 +101,10 @@ def logs_of(rec: JobRecord) -> JobLogsOut | None:
 
 def progress_of(rec: JobRecord) -> ProgressOut | None:
     value = parse_progress(rec.progress)
-    return ProgressOut.model_validate(value) if value is not None else None
+    try:
+        return ProgressOut.model_validate(value) if value is not None else None
+    except ValueError:  # evidence, never a reason for a read to fail (as for the logs)
+        return None
 
 
 class StepOut(BaseModel):

@@ -1,14 +1,17 @@
 """Records of the standard ``logging`` module emitted inside a running handler, kept with its job.
 
-One :class:`JobLogHandler` on the root logger, installed once per process by the first worker.
-It keeps a record only when the context it is emitted in carries a job: the worker sets
+Captured where records are made (the process's log record factory, wrapped once by the first
+worker), not by a handler on the root logger: a root handler would silence Python's last-resort
+output of warnings in a process that never configured logging, and turn a later
+``logging.basicConfig()`` into a no-op. A record is kept only when the context it is made in carries
+a job: the worker sets
 :data:`CURRENT_JOB` around the handler's call alone, in the handler's task (an async handler) or in
 the context its thread runs in (a plain function, see execution.py), so a record goes to the job whose
 handler emitted it however many run at once, and the worker's own records (before or after the
 handler) never do. Tasks and threads the handler starts with its context carry the job too.
 
-Only records a logger lets through reach the handler: a logger (or the root) set above
-Execution.JobLogLevel keeps its records from the job as from every other handler.
+Only records a logger lets through are made at all: a logger (or the root) set above
+Execution.JobLogLevel keeps its records from the job as from every handler.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from contextvars import ContextVar
+from typing import Any
 
 from chokaq.domain.job_logs import encode_line
 from chokaq.runtime.handlers import JobContext
@@ -27,7 +31,8 @@ _INSTALL_LOCK = threading.Lock()
 
 
 class JobLogHandler(logging.Handler):
-    """Keeps each record emitted inside a running handler with that handler's job."""
+    """Keeps each record emitted inside a running handler with that handler's job (called by the
+    record factory below as each record is made; usable as a handler too)."""
 
     def emit(self, record: logging.LogRecord) -> None:
         ctx = CURRENT_JOB.get()
@@ -48,12 +53,23 @@ class JobLogHandler(logging.Handler):
 
 
 _handler = JobLogHandler()
+_installed = False
 
 
 def install() -> None:
-    """Put the capturing handler on the root logger, once (idempotent; it stays: outside a running
-    handler it returns at once)."""
-    root = logging.getLogger()
+    """Wrap the log record factory, once per process (idempotent; outside a running handler the
+    wrapper only reads a context variable)."""
+    global _installed
     with _INSTALL_LOCK:
-        if _handler not in root.handlers:
-            root.addHandler(_handler)
+        if _installed:
+            return
+        make = logging.getLogRecordFactory()
+
+        def capturing(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = make(*args, **kwargs)
+            if CURRENT_JOB.get() is not None:
+                _handler.emit(record)
+            return record
+
+        logging.setLogRecordFactory(capturing)
+        _installed = True

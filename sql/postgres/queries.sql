@@ -235,7 +235,7 @@ WHERE chokaq."Queues"."IsPaused" = true)) ORDER BY chokaq."JobsHot"."Priority" D
 
 -- name: breaker_probe_claim
 -- those jobs Pending -> Fetched for the probing worker
-UPDATE chokaq."JobsHot" SET "Status"=1, "WorkerId"=:claim_worker::VARCHAR, "LastUpdatedUtc"=(clock_timestamp() AT TIME ZONE 'UTC') WHERE chokaq."JobsHot"."Id" = ANY(:probe_ids::VARCHAR(50)[]) AND chokaq."JobsHot"."Status" = 0 RETURNING chokaq."JobsHot"."Id", chokaq."JobsHot"."Queue", chokaq."JobsHot"."Type", chokaq."JobsHot"."Payload", chokaq."JobsHot"."Tags", chokaq."JobsHot"."IdempotencyKey", chokaq."JobsHot"."Priority", chokaq."JobsHot"."Status", chokaq."JobsHot"."AttemptCount", chokaq."JobsHot"."WorkerId", chokaq."JobsHot"."HeartbeatUtc", chokaq."JobsHot"."ScheduledAtUtc", chokaq."JobsHot"."CreatedAtUtc", chokaq."JobsHot"."StartedAtUtc", chokaq."JobsHot"."LastUpdatedUtc", chokaq."JobsHot"."CreatedBy", chokaq."JobsHot"."LastModifiedBy", chokaq."JobsHot"."ZombieRetry", chokaq."JobsHot"."Attempts", chokaq."JobsHot"."Logs", chokaq."JobsHot"."Progress";
+UPDATE chokaq."JobsHot" SET "Status"=1, "WorkerId"=:claim_worker::VARCHAR, "LastUpdatedUtc"=(clock_timestamp() AT TIME ZONE 'UTC') WHERE chokaq."JobsHot"."Id" = ANY(:probe_ids::VARCHAR(50)[]) AND chokaq."JobsHot"."Status" = 0 RETURNING chokaq."JobsHot"."Id", chokaq."JobsHot"."Queue", chokaq."JobsHot"."Type", chokaq."JobsHot"."Payload", chokaq."JobsHot"."Tags", chokaq."JobsHot"."IdempotencyKey", chokaq."JobsHot"."Priority", chokaq."JobsHot"."Status", chokaq."JobsHot"."AttemptCount", chokaq."JobsHot"."WorkerId", chokaq."JobsHot"."HeartbeatUtc", chokaq."JobsHot"."ScheduledAtUtc", chokaq."JobsHot"."CreatedAtUtc", chokaq."JobsHot"."StartedAtUtc", chokaq."JobsHot"."LastUpdatedUtc", chokaq."JobsHot"."CreatedBy", chokaq."JobsHot"."LastModifiedBy", chokaq."JobsHot"."ZombieRetry", chokaq."JobsHot"."Attempts";
 
 -- name: sweep_breaker_ids
 -- sweep: Pending jobs past Retry.MaxJobAge whose type's breaker is not closed, one batch
@@ -297,12 +297,12 @@ WHERE chokaq."JobSteps"."JobId" = :step_job::VARCHAR ORDER BY chokaq."JobSteps".
 -- Retention.DlqDays: the step journals of the batch below, first, in its transaction
 DELETE FROM chokaq."JobSteps" WHERE chokaq."JobSteps"."JobId" IN (SELECT chokaq."JobsDLQ"."Id"
 FROM chokaq."JobsDLQ"
-WHERE chokaq."JobsDLQ"."FailedAtUtc" < :FailedAtUtc_1::TIMESTAMP WITHOUT TIME ZONE ORDER BY chokaq."JobsDLQ"."FailedAtUtc"
+WHERE chokaq."JobsDLQ"."FailedAtUtc" < :FailedAtUtc_1::TIMESTAMP WITHOUT TIME ZONE ORDER BY chokaq."JobsDLQ"."FailedAtUtc", chokaq."JobsDLQ"."Id"
  LIMIT :param_1::INTEGER);
 
 -- name: retention_dlq
 -- Retention.DlqDays: the oldest dead jobs past the cutoff deleted, 1000 per transaction
 DELETE FROM chokaq."JobsDLQ" WHERE chokaq."JobsDLQ"."Id" IN (SELECT chokaq."JobsDLQ"."Id"
 FROM chokaq."JobsDLQ"
-WHERE chokaq."JobsDLQ"."FailedAtUtc" < :FailedAtUtc_1::TIMESTAMP WITHOUT TIME ZONE ORDER BY chokaq."JobsDLQ"."FailedAtUtc"
- LIMIT :param_1::INTEGER) AND chokaq."JobsDLQ"."FailedAtUtc" < :FailedAtUtc_1::TIMESTAMP WITHOUT TIME ZONE;
+WHERE chokaq."JobsDLQ"."FailedAtUtc" < :FailedAtUtc_1::TIMESTAMP WITHOUT TIME ZONE ORDER BY chokaq."JobsDLQ"."FailedAtUtc", chokaq."JobsDLQ"."Id"
+ LIMIT :param_1::INTEGER) AND chokaq."JobsDLQ"."FailedAtUtc" < :FailedAtUtc_2::TIMESTAMP WITHOUT TIME ZONE;

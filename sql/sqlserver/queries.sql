@@ -304,7 +304,7 @@ GO
 
 -- name: breaker_probe_claim
 -- those jobs Pending -> Fetched for the probing worker
-UPDATE chokaq.[JobsHot] SET [Status]=1, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry], inserted.[Attempts], inserted.[Logs], inserted.[Progress] WHERE chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:probe_ids AS NVARCHAR(max)))) AND chokaq.[JobsHot].[Status] = 0
+UPDATE chokaq.[JobsHot] SET [Status]=1, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry], inserted.[Attempts] WHERE chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:probe_ids AS NVARCHAR(max)))) AND chokaq.[JobsHot].[Status] = 0
 GO
 
 -- name: sweep_breaker_ids
@@ -378,12 +378,12 @@ GO
 -- Retention.DlqDays: the step journals of the batch below, first, in its transaction
 DELETE FROM chokaq.[JobSteps] WHERE chokaq.[JobSteps].[JobId] IN (SELECT TOP 1000 chokaq.[JobsDLQ].[Id]
 FROM chokaq.[JobsDLQ]
-WHERE chokaq.[JobsDLQ].[FailedAtUtc] < :FailedAtUtc_1 ORDER BY chokaq.[JobsDLQ].[FailedAtUtc])
+WHERE chokaq.[JobsDLQ].[FailedAtUtc] < :FailedAtUtc_1 ORDER BY chokaq.[JobsDLQ].[FailedAtUtc], chokaq.[JobsDLQ].[Id])
 GO
 
 -- name: retention_dlq
 -- Retention.DlqDays: the oldest dead jobs past the cutoff deleted, 1000 per transaction
 DELETE FROM chokaq.[JobsDLQ] WHERE chokaq.[JobsDLQ].[Id] IN (SELECT TOP 1000 chokaq.[JobsDLQ].[Id]
 FROM chokaq.[JobsDLQ]
-WHERE chokaq.[JobsDLQ].[FailedAtUtc] < :FailedAtUtc_1 ORDER BY chokaq.[JobsDLQ].[FailedAtUtc]) AND chokaq.[JobsDLQ].[FailedAtUtc] < :FailedAtUtc_1
+WHERE chokaq.[JobsDLQ].[FailedAtUtc] < :FailedAtUtc_1 ORDER BY chokaq.[JobsDLQ].[FailedAtUtc], chokaq.[JobsDLQ].[Id]) AND chokaq.[JobsDLQ].[FailedAtUtc] < :FailedAtUtc_2
 GO

@@ -157,3 +157,24 @@ def test_the_heartbeat_carries_new_lines_in_its_one_call_and_marks_them_written_
     assert first is not None and second is not None and list(first) == list(second) == ["talker"]
     assert json.loads(second["talker"].logs or "")["lines"][0]["m"] == "hello" and second["talker"].progress is None
     assert third is None
+
+
+def test_capturing_leaves_an_unconfigured_process_its_warnings_and_basic_config() -> None:
+    # A library user who never configured logging still sees chokaq's warnings (Python's last-resort
+    # handler prints them while the root has no handler), and a later logging.basicConfig() still
+    # works (it does nothing once the root has a handler). A root handler for the capture broke both.
+    import subprocess
+    import sys
+
+    script = (
+        "import logging\n"
+        "from chokaq.runtime.job_log_capture import install\n"
+        "install()\n"
+        "logging.getLogger('chokaq.worker').warning('unconfigured warning')\n"
+        "logging.basicConfig(level=logging.INFO, format='configured %(message)s')\n"
+        "logging.getLogger('chokaq.worker').info('after basicConfig')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "unconfigured warning" in out.stderr
+    assert "configured after basicConfig" in out.stderr

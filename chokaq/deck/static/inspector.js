@@ -248,8 +248,7 @@ function renderInspector(replaceEditor) {
           : "yes (it did not ask for zombie retries)") : "no: resurrecting may run it twice", "insp-z-idempotent"))) : null;
 
   const sections = [
-    head, msg, facts, progressSection(job), zombieSec, attemptsSection(job), logsSection(job),
-    head, msg, facts, zombieSec, stepsSection(job), attemptsSection(job),
+    head, msg, facts, progressSection(job), zombieSec, stepsSection(job), attemptsSection(job), logsSection(job),
     job.error_details || job.location === "dlq" ? h("section", { class: "insp-sec" },
       h("h3", {}, "Error details"),
       h("pre", { class: "code error-details", tabindex: "0", testid: "insp-error", "aria-label": "Error details" },

@@ -11,8 +11,7 @@ import { loadQueues } from "./views/queues.js";
 import { loadSchedules } from "./views/schedules.js";
 import { loadWorkers } from "./views/workers.js";
 
-const VIEWS = ["overview", "queues", "schedules", "breakers", "workers", "hot", "archive", "dlq", "audit"];
-const VIEWS = ["overview", "queues", "schedules", "hot", "archive", "dlq", "incidents", "audit"];
+const VIEWS = ["overview", "queues", "schedules", "breakers", "workers", "hot", "archive", "dlq", "incidents", "audit"];
 
 export function route() {
   const parts = location.hash.replace(/^#\/?/, "").split(/[?]/)[0].split("/");

@@ -14,7 +14,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain.breakers import CLOSED
 from chokaq.domain.states import FailureReason
-from chokaq.storage.schema import circuit_breakers, jobs_dlq, jobs_hot, queues
+from chokaq.storage.schema import circuit_breakers, hot_record_columns, jobs_dlq, jobs_hot, queues
 from chokaq.storage.sqlfuncs import ListParam, claim_lock, in_list, row_lock, seconds, utc_offset, utcnow
 from chokaq.storage.statements.columns import Columns
 from chokaq.storage.statements.counters import FAILED
@@ -128,7 +128,7 @@ def probe_claim_statement() -> ReturningUpdate[Any]:
             WorkerId=bindparam("claim_worker", type_=hot.WorkerId.type),
             LastUpdatedUtc=utcnow(),
         )
-        .returning(*jobs_hot.c)
+        .returning(*hot_record_columns)  # as every claim: not the Logs and Progress columns
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, Delete, Table, delete, select
+from sqlalchemy import Column, Delete, Select, Table, delete, select
 
 
 def purge_older_statement(table: Table, time_column: Column[Any], older_than: datetime, size: int) -> Delete:
@@ -17,5 +17,12 @@ def purge_older_statement(table: Table, time_column: Column[Any], older_than: da
     table's index on ``time_column`` (IX_JobsArchive_FinishedAt, IX_JobsDLQ_FailedAt); the outer
     condition is repeated so a row that changed under the subquery is never taken."""
     old = time_column < older_than
-    oldest = select(table.c.Id).where(old).order_by(time_column).limit(size)
-    return delete(table).where(table.c.Id.in_(oldest), old)
+    return delete(table).where(table.c.Id.in_(oldest_ids(table, time_column, older_than, size)), old)
+
+
+def oldest_ids(table: Table, time_column: Any, older_than: Any, size: int) -> Select[Any]:
+    """The ids of the batch: the oldest ``size`` rows before ``older_than``, ties broken by id.
+    The step journals are deleted by this same choice first (statements/steps.py), in the same
+    transaction: without the tie-break, rows dead-lettered together (one timestamp) could be chosen
+    differently by the two statements, deleting the journal of a job that stays."""
+    return select(table.c.Id).where(time_column < older_than).order_by(time_column, table.c.Id).limit(size)

@@ -36,6 +36,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from chokaq.domain.steps import DONE, STARTED
 from chokaq.storage.schema import job_steps, jobs_hot
 from chokaq.storage.sqlfuncs import MSSQL_QUEUE_LOCK_HINT, ListParam, in_list, utcnow
+from chokaq.storage.statements.retention import oldest_ids
 from chokaq.storage.statements.status import PROCESSING
 
 _STARTED: ColumnElement[Any] = literal_column(str(STARTED))
@@ -171,6 +172,4 @@ def journal_counts_statement() -> Select[Any]:
 def purge_older_steps_statement(table: Table, time_column: Any, older_than: Any, size: int) -> Delete:
     """The journals of the jobs :func:`purge_older_statement` deletes next (the same oldest
     ``size`` rows of ``table``), sent first in the same transaction."""
-    old = time_column < older_than
-    oldest = select(table.c.Id).where(old).order_by(time_column).limit(size)
-    return delete(job_steps).where(job_steps.c.JobId.in_(oldest))
+    return delete(job_steps).where(job_steps.c.JobId.in_(oldest_ids(table, time_column, older_than, size)))
