@@ -99,9 +99,11 @@ def test_three_workers_agree_on_a_breaker(db_url: str, tmp_path: Path, workers: 
     time.sleep(1.0)  # workers keep polling meanwhile
     second = snapshot(s)
     if second.now < second.open_until and second.opened_at == first.opened_at:
-        # Still the same open period, before OpenDuration ended: no worker claimed flaky, no
-        # Pending job's attempt count moved.
-        assert second.pending == first.pending
+        # Still the same open period, before OpenDuration ended: no worker claimed flaky, so every
+        # job Pending at the first look is still Pending with the same attempt count. Jobs that were
+        # already running when the breaker opened may have failed since and come back as Pending
+        # retries (a CI run saw five): they join the set, they were not claimed.
+        assert {k: second.pending.get(k) for k in first.pending} == first.pending
     flaky_runs_while_open = sum(1 for line in record.read_text().splitlines() if line.startswith("flaky"))
     assert flaky_runs_while_open <= THRESHOLD + 3 * 4 + 3 * 2  # not 40 x 3 attempts
 
