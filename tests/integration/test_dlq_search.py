@@ -4,6 +4,8 @@ as jobs are dead-lettered, edited, resurrected and purged."""
 
 from __future__ import annotations
 
+import sqlite3
+
 from sqlalchemy import text
 
 from chokaq.domain.states import Location
@@ -81,3 +83,23 @@ def test_the_search_is_served_by_an_index(storage: Storage) -> None:
                 )
             )
             assert "VIRTUAL TABLE INDEX" in plan
+
+
+def test_sqlite_search_survives_vacuum(sqlite_url: str) -> None:
+    """The FTS5 table is keyed on JobsDLQ's rowid, and SQLite documents that VACUUM may renumber the
+    rowids of a table without an INTEGER PRIMARY KEY (JobsDLQ's key is text). An operator's VACUUM
+    after a purge must not point the index at other jobs: search still finds exactly the right ones."""
+    storage = Storage(sqlite_url)
+    storage.upgrade()
+    admin = AdminStore(storage)
+    kept = make_dead(storage, 30, type="mail_v1", details="SMTPError: upstream 421 refused")
+    other = make_dead(storage, 30, type="report_v2", details="ValueError: bad rows")
+    admin.purge_dlq(OPS, ids=kept[::2] + other[1::2])  # gaps in both runs of rowids
+    vacuum = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))  # as an operator's shell would
+    vacuum.execute("VACUUM")
+    vacuum.close()
+    assert found(admin, "upstream 421") == set(kept[1::2])
+    assert found(admin, "bad rows") == set(other[::2])
+    more = make_dead(storage, 3, type="mail_v1", details="SMTPError: upstream 421 refused")
+    assert found(admin, "upstream 421") == set(kept[1::2]) | set(more)
+    storage.close()
