@@ -34,7 +34,10 @@ def _python313() -> str | None:
     explicit = os.environ.get("CHOKAQ_WORKER_PYTHON")
     if explicit:
         return explicit
-    candidates = [shutil.which("python3.13"), *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.13.*/bin/python3.13")))]
+    candidates = [
+        shutil.which("python3.13"),
+        *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.13.*/bin/python3.13"))),
+    ]
     for candidate in candidates:
         if candidate and subprocess.run([candidate, "-c", ""], capture_output=True, check=False).returncode == 0:
             return candidate
@@ -92,6 +95,7 @@ class Worker:
     """proxy.py in its own process: requests in, (response, log records) out."""
 
     def __init__(self, python: str, messages: Path, env: Mapping[str, str], stderr_path: Path) -> None:
+        self.env = dict(env)
         self.stderr_path = stderr_path
         self._stderr = stderr_path.open("wb")
         self.process = subprocess.Popen(
