@@ -131,4 +131,4 @@ bench-costs: $(STAMP)
 	$(PY) benchmarks/costs.py all $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache chokaq-dev.db*
+	rm -rf $(VENV) .venv-func-worker site .pytest_cache .mypy_cache .ruff_cache chokaq-dev.db*
