@@ -4,7 +4,8 @@ Runs in a Python 3.13 venv with ``azure-functions-runtime`` and the app's ``requ
 Azure the Functions host starts a small gRPC proxy that ships inside the host (it is not on PyPI);
 the proxy turns each StreamingMessage into a call of the library's handlers and every logging record
 into an RpcLog. This stand-in does the same over a pipe: one JSON request per stdin line, one JSON
-answer per line on the original stdout (the app's own prints go to stderr). Logging is set up as the
+answer per line on the original stdout (the app's own prints go to stderr). Requests and responses
+pass through the protobuf wire format on the way, as they would over the gRPC stream. Logging is set up as the
 proxy sets it up: the root logger at INFO (DEBUG with PYTHON_ENABLE_DEBUG_LOGGING), one handler that
 forwards every record with its level, logger name and invocation id.
 
@@ -75,9 +76,14 @@ root.addHandler(RpcLogHandler())
 metadata: dict[str, Any] = {}  # function name -> RpcFunctionMetadata
 
 
+def wire(message: Any) -> Any:
+    """The message as the other side of the stream would get it: serialized and parsed again."""
+    return type(message).FromString(message.SerializeToString())
+
+
 def wrap(**content: Any) -> SimpleNamespace:
     return SimpleNamespace(
-        request=protos.StreamingMessage(request_id=str(uuid.uuid4()), **content),
+        request=wire(protos.StreamingMessage(request_id=str(uuid.uuid4()), **content)),
         properties={"host": "127.0.0.1", "protos": protos},
     )
 
@@ -164,7 +170,7 @@ async def main() -> None:
             break
         req = json.loads(line)
         try:
-            response = await handle(req)
+            response = wire(await handle(req))
             send({"response": MessageToDict(response, preserving_proto_field_name=True)})
         except Exception:
             send({"crash": traceback.format_exc()})
