@@ -52,10 +52,15 @@ def example_settings() -> dict[str, str]:
     return values
 
 
-@pytest.fixture
-def worker(tmp_path: Path, azurite: Azurite) -> Iterator[tuple[Worker, QueueClient]]:
+def start_worker(tmp_path: Path, overrides: dict[str, str]) -> Worker:
     python = worker_python()
     compile_messages(python, tmp_path / "messages")
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", ""), **example_settings(), **overrides}
+    return Worker(python, tmp_path / "messages", env, tmp_path / "worker.stderr")
+
+
+@pytest.fixture
+def worker(tmp_path: Path, azurite: Azurite) -> Iterator[tuple[Worker, QueueClient]]:
     (tmp_path / "userapp").mkdir()
     (tmp_path / "userapp" / "ring_app.py").write_text(APP_MODULE)
     db_url = f"sqlite:///{tmp_path / 'chokaq.db'}"
@@ -63,21 +68,20 @@ def worker(tmp_path: Path, azurite: Azurite) -> Iterator[tuple[Worker, QueueClie
     schema.storage.upgrade()
     schema.close()
     queue_name = f"bell-{uuid.uuid4().hex[:12]}"
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "HOME": os.environ.get("HOME", ""),
-        **example_settings(),
-        # What differs from the example here: a database that exists, the app with handlers (so
-        # drain and wake are registered), Azurite on its test port, a queue of this test's own.
-        "CHOKAQ_STORAGE_URL": db_url,
-        "CHOKAQ_APP": "ring_app:app",
-        "ChokaqDoorbell": azurite.connection_string,
-        "CHOKAQ_FUNCTIONS__DOORBELL_QUEUE": queue_name,
-        "PYTHONPATH": str(tmp_path / "userapp"),
-        # A slice ends after this many idle seconds (20 in the example): 1 keeps each ring short.
-        "CHOKAQ_DRAIN_IDLE_SECONDS": "1",
-    }
-    w = Worker(python, tmp_path / "messages", env, tmp_path / "worker.stderr")
+    # What differs from the example here: a database that exists, the app with handlers (so drain
+    # and wake are registered), Azurite on its test port, a queue of this test's own.
+    w = start_worker(
+        tmp_path,
+        {
+            "CHOKAQ_STORAGE_URL": db_url,
+            "CHOKAQ_APP": "ring_app:app",
+            "ChokaqDoorbell": azurite.connection_string,
+            "CHOKAQ_FUNCTIONS__DOORBELL_QUEUE": queue_name,
+            "PYTHONPATH": str(tmp_path / "userapp"),
+            # A slice ends after this many idle seconds (20 in the example): 1 keeps each ring short.
+            "CHOKAQ_DRAIN_IDLE_SECONDS": "1",
+        },
+    )
     host_side = QueueClient.from_connection_string(
         azurite.connection_string, queue_name, message_decode_policy=TextBase64DecodePolicy()
     )
@@ -138,19 +142,40 @@ def stderr_problems(text: str) -> list[str]:
 
 # The first run makes the 3.13 venv (pip, about a minute and a half here) inside the fixture.
 @pytest.mark.timeout(900)
-def test_the_app_starts_quietly_and_a_ring_logs_at_most_one_line(worker: tuple[Worker, QueueClient]) -> None:
-    w, host_side = worker
+def start(w: Worker, functions: set[str]) -> list[dict[str, Any]]:
+    """Init, index and load, as the host does at start; the log records of the start."""
     ok(w.call(op="init", directory=str(ROOT)))
     meta = w.call(op="metadata", directory=str(ROOT))
     ok(meta)
-    assert {m["name"] for m in meta["function_metadata_results"]} == FUNCTIONS
-    for name in sorted(FUNCTIONS):
+    assert {m["name"] for m in meta["function_metadata_results"]} == functions
+    for name in sorted(functions):
         ok(w.call(op="load", function=name))
+    return w.logs_since(0)
 
-    start = w.logs_since(0)
-    assert noisy(start) == [], start
+
+@pytest.mark.timeout(900)
+def test_the_example_settings_as_they_are_start_without_a_warning(tmp_path: Path) -> None:
+    """local.settings.example.json unchanged: the bare app (CHOKAQ_APP empty) with the drain schedule
+    and the doorbell queue set, waiting for handlers. Nothing connects at start, so the example's SQL
+    Server and Azurite need not exist."""
+    w = start_worker(tmp_path, {})
+    try:
+        logged = start(w, {"http_app_func", "sweep", "retention"})
+        assert noisy(logged) == [], logged
+        assert [r["message"] for r in app_lines(logged)] == [
+            "doorbell on: enqueues ring Azure Storage queue 'chokaq-doorbell' (at most once per 1s per chokaq queue)"
+        ]
+        assert stderr_problems(w.stderr()) == [], w.stderr()
+    finally:
+        w.stop()
+
+
+def test_the_app_starts_quietly_and_a_ring_logs_at_most_one_line(worker: tuple[Worker, QueueClient]) -> None:
+    w, host_side = worker
+    started = start(w, FUNCTIONS)
+    assert noisy(started) == [], started
     assert stderr_problems(w.stderr()) == [], w.stderr()
-    assert [r["message"] for r in app_lines(start)] == [
+    assert [r["message"] for r in app_lines(started)] == [
         f"doorbell on: enqueues ring Azure Storage queue {w.env['CHOKAQ_FUNCTIONS__DOORBELL_QUEUE']!r} "
         "(at most once per 1s per chokaq queue)"
     ]
