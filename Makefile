@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test test-fast lint typecheck fmt scripts bench clean requirements requirements-check docs
+.PHONY: dev test test-fast lint typecheck fmt scripts api-reference bench clean requirements requirements-check docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,10 @@ docs: $(STAMP)
 ## Format the tree as `make lint` checks it (ruff format)
 fmt: $(STAMP)
 	$(VENV)/bin/ruff format .
+
+## Regenerate docs/admin-api.md's routes and schemas from the admin API's OpenAPI document
+api-reference: $(STAMP)
+	$(PY) -m chokaq.api.reference
 
 ## Regenerate the plain DDL scripts and the hot-path statements (queries.sql) under sql/
 scripts: $(STAMP)
@@ -127,4 +131,4 @@ bench-costs: $(STAMP)
 	$(PY) benchmarks/costs.py all $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache chokaq-dev.db*
+	rm -rf $(VENV) .venv-func-worker site .pytest_cache .mypy_cache .ruff_cache chokaq-dev.db*

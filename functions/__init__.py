@@ -76,7 +76,10 @@ def _assemble(app: ChokaQ, environ: Mapping[str, str]) -> func.FunctionRegister:
         if not wanted[name]:
             continue
         if not app.handlers:
-            log.warning("%s is set but the app has no handlers (set CHOKAQ_APP): no %s", setting, name)
+            # CHOKAQ_APP empty is the documented bare app (the example settings ship so): DEBUG. Set
+            # to a module without handlers, it is a mistake worth a WARNING at every start.
+            level = logging.WARNING if (environ.get("CHOKAQ_APP") or "").strip() else logging.DEBUG
+            log.log(level, "%s is set but the app has no handlers (set CHOKAQ_APP): no %s", setting, name)
             continue
         slices = slices or drain.slices_for(app, environ)  # one slice per process for both triggers
         fa.register_functions(make(slices))

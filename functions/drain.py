@@ -126,11 +126,13 @@ async def drain(
     queues: list[str] | None = None,
     concurrency: int | None = None,
     control: SliceControl | None = None,
+    trigger: str = "drain",
 ) -> dict[str, Any]:
     """Run a worker for at most ``seconds`` (less when idle for ``idle_seconds``), then stop it
     gracefully and return its counters. A poke through ``control`` counts as activity and makes the
-    worker fetch at once."""
-    worker = app.worker(queues=queues, concurrency=concurrency)
+    worker fetch at once. One INFO line per slice, naming its ``trigger``: the worker's own start and
+    stop lines are DEBUG here (a ring a minute would otherwise log four lines a minute)."""
+    worker = app.worker(queues=queues, concurrency=concurrency, lifecycle_level=logging.DEBUG)
     if control is not None:
         control.worker = worker  # before the first await: no trigger can come between
     started = time.monotonic()
@@ -143,7 +145,7 @@ async def drain(
         worker.stop()
         await task
     stats = {**worker.stats, "seconds": round(time.monotonic() - started, 3)}
-    log.info("drain finished: %s", stats)
+    log.info("%s: drain finished: %s", trigger, stats)
     return stats
 
 
@@ -170,7 +172,7 @@ class Slices:
         control = self._current = SliceControl()
         self.started += 1
         try:
-            return await drain(self.app, seconds=self.seconds, idle_seconds=self.idle, control=control)
+            return await drain(self.app, seconds=self.seconds, idle_seconds=self.idle, control=control, trigger=trigger)
         finally:
             if self._current is control:
                 self._current = None

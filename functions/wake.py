@@ -34,12 +34,13 @@ def blueprint(slices: Slices) -> func.Blueprint:
         if not ring.understood:
             log.warning("doorbell message %s not understood; draining every queue anyway", msg.id)
         lag = f"{time.time() - ring.at:.3f}s after the ring" if ring.at is not None else "ring time unknown"
-        log.info("wake: work due in queue %r (%s, delivery %s)", ring.queue, lag, msg.dequeue_count)
+        trigger = f"wake (queue {ring.queue!r}, {lag}, delivery {msg.dequeue_count})"
+        log.debug("%s: starting a drain slice", trigger)  # the slice's summary is the ring's one line
         ours = telemetry.configure("chokaq-functions")
         try:
             with telemetry.tracer().start_as_current_span("chokaq.wake") as span:
                 span.set_attribute("chokaq.queue", ring.queue)
-                stats = await slices.run(f"wake ({ring.queue})")
+                stats = await slices.run(trigger)
                 span.set_attribute("chokaq.extended", stats is None)
         finally:
             if ours:

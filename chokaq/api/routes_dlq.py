@@ -100,6 +100,7 @@ def list_dlq(
     page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
     page_size: Annotated[int, Query(ge=1, le=limits.MAX_BULK_IDS)] = 100,
 ) -> JobPageOut:
+    """Dead jobs, filtered and sorted (failed, created, queue, type, reason, attempts, id), one page."""
     f = JobFilter(
         queue=queue,
         type=type,

@@ -29,6 +29,7 @@ def queue_out(q: QueueInfo) -> QueueOut:
 
 @router.get("", response_model=QueueListOut, responses=ERRORS)
 def list_queues(request: Request, who: Viewer) -> QueueListOut:
+    """Every queue with its controls: paused, zombie timeout and max workers overrides."""
     return QueueListOut(items=[queue_out(q) for q in chokaq_app(request).storage.list_queues()])
 
 

@@ -55,6 +55,7 @@ def schedule_out(app: ChokaQ, s: ScheduleInfo) -> ScheduleOut:
 
 @router.get("", response_model=ScheduleListOut, responses=ERRORS)
 def list_schedules(request: Request, who: Viewer) -> ScheduleListOut:
+    """Every schedule with its next slot, last firing and outcome (docs/schedules.md)."""
     app = chokaq_app(request)
     return ScheduleListOut(items=[schedule_out(app, s) for s in operations(request).list_schedules()])
 

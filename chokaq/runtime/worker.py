@@ -75,8 +75,12 @@ class Worker:
         concurrency: int | None = None,
         worker_id: str | None = None,
         with_sweep: bool = False,
+        lifecycle_level: int = logging.INFO,
     ) -> None:
         self.app = app
+        # started/stopping/stopped: INFO for a standing worker; a caller that runs short slices
+        # (the Functions drain) lowers them and logs one summary line per slice instead.
+        self.lifecycle_level = lifecycle_level
         self.settings = app.settings
         ex = self.settings.execution
         self.storage = app.storage
@@ -238,7 +242,7 @@ class Worker:
 
     def _begin_stop(self) -> None:
         if not self.slots.stopping:
-            log.info("worker %s stopping: no more fetches", self.id)
+            log.log(self.lifecycle_level, "worker %s stopping: no more fetches", self.id)
         # Every wait in the fetch and start loops, and every backoff sleep, ends.
         self.slots.stop()
         self.reconciler.changes.notify()
@@ -276,7 +280,8 @@ class Worker:
             stack.enter_context(self._wakeups())
             await stack.enter_async_context(self._helpers())
             stack.push_async_callback(self._drain)
-            log.info(
+            log.log(
+                self.lifecycle_level,
                 "worker %s started: queues=%s concurrency=%d prefetch=%d",
                 self.id,
                 self.queues or "all",
@@ -366,7 +371,7 @@ class Worker:
         self.execution.close()
         self.activity.end()
         self.outage.clear_health()
-        log.info("worker %s stopped: %s", self.id, self.stats)
+        log.log(self.lifecycle_level, "worker %s stopped: %s", self.id, self.stats)
 
     async def _drain(self) -> None:
         grace = self.settings.execution.shutdown_grace

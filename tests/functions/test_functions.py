@@ -82,6 +82,29 @@ def test_registered_functions_and_bindings(fapp: ChokaQ) -> None:
     bare.close()
 
 
+def test_a_bare_app_waits_for_handlers_quietly_and_a_handlerless_chokaq_app_warns(
+    fapp: ChokaQ, caplog: pytest.LogCaptureFixture
+) -> None:
+    """CHOKAQ_APP empty is the documented bare app, as the example settings ship it: no warning at
+    every start. CHOKAQ_APP naming an app without handlers is a mistake: a warning."""
+    bare = ChokaQ(storage_url=fapp.settings.storage_url)
+    try:
+        with caplog.at_level("DEBUG", logger="chokaq.functions"):
+            build_function_app(bare, environ=DRAIN_ENV)
+        said = [(r.levelname, r.getMessage()) for r in caplog.records if "no handlers" in r.getMessage()]
+        assert said == [
+            ("DEBUG", "CHOKAQ_DRAIN_SCHEDULE is set but the app has no handlers (set CHOKAQ_APP): no drain")
+        ]
+        caplog.clear()
+        build_function_app(bare, environ={**DRAIN_ENV, "CHOKAQ_APP": "myjobs:app"})
+        said = [(r.levelname, r.getMessage()) for r in caplog.records if "no handlers" in r.getMessage()]
+        assert said == [
+            ("WARNING", "CHOKAQ_DRAIN_SCHEDULE is set but the app has no handlers (set CHOKAQ_APP): no drain")
+        ]
+    finally:
+        bare.close()
+
+
 def test_auth_level_setting() -> None:
     assert auth_level({}) == func.AuthLevel.FUNCTION
     assert auth_level({"CHOKAQ_FUNCTIONS_AUTH_LEVEL": "anonymous"}) == func.AuthLevel.ANONYMOUS
