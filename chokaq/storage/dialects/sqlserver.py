@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from chokaq.storage.statements import MoveStatements
 
 MIGRATION_LOCK = "chokaq.migrations"
+#: Rows (so row or key locks on one index) one SQL Server statement may take: under the 5,000 locks
+#: on one index or table at which SQL Server escalates a statement's locks to a table lock, which
+#: READPAST does not skip and ROWLOCK does not prevent (docs/sqlserver.md, "Lock escalation").
+MAX_ROWS_PER_STATEMENT = 4000
 
 
 class SqlServerProfile(Profile):
@@ -41,6 +45,7 @@ class SqlServerProfile(Profile):
     insert_rows_max: ClassVar[int] = 1000
     insert_params_max: ClassVar[int] = 2099
     script_now: ClassVar[str] = "SYSUTCDATETIME()"
+    max_rows_per_statement: ClassVar[int | None] = MAX_ROWS_PER_STATEMENT
 
     def build_engine(self, url: URL, options: EngineOptions) -> Engine:
         from chokaq.storage.dialects.sqlserver_connect import mssql_engine
@@ -83,10 +88,22 @@ class SqlServerProfile(Profile):
     ) -> Any:
         from chokaq.storage import statements as st
 
-        # One parameter per queue: the updatable CTE compares Queue = ? per name (sqlserver_shapes.py).
-        for i, name in enumerate(queue_names):
-            params[f"claim_queue_{i}"] = name
-        return st.mssql_claim_statement(len(queue_names), limited, limit, start, zombie_retry, breaker)
+        # The queues as one list parameter: one statement text whatever their number.
+        if queue_names:
+            params["claim_queues"] = list(queue_names)
+        limit = self.statement_rows(limit)
+        return st.mssql_claim_statement(bool(queue_names), limited, limit, start, zombie_retry, breaker)
+
+    def probe_ids_statement(self, limit: int, by_queue: bool) -> Any:
+        from chokaq.storage.statements.breakers import mssql_probe_ids_statement
+
+        return mssql_probe_ids_statement(self.statement_rows(limit), by_queue)
+
+    def probe_claim_statement(self) -> Any:
+        from chokaq.storage.statements.breakers import probe_claim_statement
+
+        # By primary key: the probes' claim-index keys are locked already, by the read of their ids.
+        return probe_claim_statement(by_key=True)
 
     def alone_move(self, move: MoveStatements) -> Any:
         return move.batch
@@ -128,6 +145,11 @@ class SqlServerProfile(Profile):
         from chokaq.storage.dialects.sqlserver_keys import upgrade_keys_and_text
 
         upgrade_keys_and_text(conn)
+
+    def upgrade_indexes(self, conn: Connection) -> None:
+        from chokaq.storage.dialects.sqlserver_indexes import upgrade_indexes
+
+        upgrade_indexes(conn)
 
     def add_column(self, conn: Connection, table: Table, column: Column[Any]) -> None:
         name, definition = nullable_column(conn, table, column)
