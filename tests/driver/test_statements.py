@@ -144,7 +144,10 @@ def test_the_all_queue_claim_is_an_updatable_cte_over_one_locked_read(mssql: Sto
     assert "CROSS APPLY (SELECT TOP 7 chokaq.[JobsHot].[Id]" in sql
     # c re-reads the picked rows by key with the same skip-and-lock hints; the UPDATE goes through it.
     assert "), c AS \n(SELECT chokaq.[JobsHot].[Id], " in sql
-    assert "FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK) \nWHERE chokaq.[JobsHot].[Id] IN (SELECT pick.[Id]" in sql
+    assert (
+        "FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK) \nWHERE chokaq.[JobsHot].[Id] IN (SELECT pick.[Id]"
+        in sql
+    )
     assert sql.count("FROM chokaq.[JobsHot]") == 2
     assert "\nUPDATE c SET [Status]=2, [WorkerId]=?" in sql
     assert "UPDATE chokaq.[JobsHot]" not in sql

@@ -286,7 +286,10 @@ def test_history_statements_compile_for_sql_server() -> None:
     for queue in (None, "q"):
         archive, dlq = history_statements(queue)
         a_sql, d_sql = compile_mssql(archive), compile_mssql(dlq)
-        assert "DATEDIFF_BIG(SECOND, CAST(:h_start AS DATETIME2), chokaq.[JobsArchive].[FinishedAtUtc]) / CAST(:h_size AS INTEGER) AS bucket" in a_sql
+        assert (
+            "DATEDIFF_BIG(SECOND, CAST(:h_start AS DATETIME2), chokaq.[JobsArchive].[FinishedAtUtc]) / CAST(:h_size AS INTEGER) AS bucket"
+            in a_sql
+        )
         wait = (
             "DATEDIFF_BIG(MILLISECOND, coalesce(chokaq.[JobsArchive].[ScheduledAtUtc], "
             "chokaq.[JobsArchive].[CreatedAtUtc]), chokaq.[JobsArchive].[StartedAtUtc])"
@@ -294,7 +297,10 @@ def test_history_statements_compile_for_sql_server() -> None:
         assert wait in a_sql
         # The wait's histogram bin: one LOG10 per row, five bins per decade, capped.
         assert "ELSE CAST(FLOOR(LOG10(" in a_sql and ") * 5) AS INT) + 1 END" in a_sql and "THEN 41" in a_sql
-        assert "DATEDIFF_BIG(SECOND, CAST(:h_start AS DATETIME2), chokaq.[JobsDLQ].[FailedAtUtc]) / CAST(:h_size AS INTEGER) AS bucket" in d_sql
+        assert (
+            "DATEDIFF_BIG(SECOND, CAST(:h_start AS DATETIME2), chokaq.[JobsDLQ].[FailedAtUtc]) / CAST(:h_size AS INTEGER) AS bucket"
+            in d_sql
+        )
         assert a_sql.rstrip().endswith("AS h GROUP BY h.bucket, h.wait_bin")
         assert d_sql.rstrip().endswith("AS h GROUP BY h.bucket, h.reason")
         # Sargable range on the indexed time column; no function wraps it in the WHERE clause.
