@@ -168,7 +168,8 @@ def test_a_multi_queue_claim_walks_the_fetch_index_once_per_queue(mssql: Storage
     assert "FROM OPENJSON(CAST(? AS NVARCHAR(max)))) AS ql" in sql
     assert re.search(
         r"CROSS APPLY \(SELECT TOP 4 chokaq\.\[JobsHot\]\.\[Id\], .*?\nFROM chokaq\.\[JobsHot\] "
-        r"WITH \(INDEX\(\[IX_JobsHot_Fetch\]\), UPDLOCK, READPAST, ROWLOCK\) \nWHERE chokaq\.\[JobsHot\]\.\[Queue\] = q\.\[Name\] "
+        r"WITH \(INDEX\(\[IX_JobsHot_Fetch\]\), UPDLOCK, READPAST, ROWLOCK\) "
+        r"\nWHERE chokaq\.\[JobsHot\]\.\[Queue\] = q\.\[Name\] "
         r".*?ORDER BY chokaq\.\[JobsHot\]\.\[Priority\] DESC, chokaq\.\[JobsHot\]\.\[ScheduledAtUtc\], "
         r"chokaq\.\[JobsHot\]\.\[CreatedAtUtc\]\) AS j",
         sql,

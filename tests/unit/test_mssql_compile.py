@@ -287,8 +287,8 @@ def test_history_statements_compile_for_sql_server() -> None:
         archive, dlq = history_statements(queue)
         a_sql, d_sql = compile_mssql(archive), compile_mssql(dlq)
         assert (
-            "DATEDIFF_BIG(SECOND, CAST(:h_start AS DATETIME2), chokaq.[JobsArchive].[FinishedAtUtc]) / CAST(:h_size AS INTEGER) AS bucket"
-            in a_sql
+            "DATEDIFF_BIG(SECOND, CAST(:h_start AS DATETIME2), chokaq.[JobsArchive].[FinishedAtUtc]) "
+            "/ CAST(:h_size AS INTEGER) AS bucket" in a_sql
         )
         wait = (
             "DATEDIFF_BIG(MILLISECOND, coalesce(chokaq.[JobsArchive].[ScheduledAtUtc], "
@@ -298,8 +298,8 @@ def test_history_statements_compile_for_sql_server() -> None:
         # The wait's histogram bin: one LOG10 per row, five bins per decade, capped.
         assert "ELSE CAST(FLOOR(LOG10(" in a_sql and ") * 5) AS INT) + 1 END" in a_sql and "THEN 41" in a_sql
         assert (
-            "DATEDIFF_BIG(SECOND, CAST(:h_start AS DATETIME2), chokaq.[JobsDLQ].[FailedAtUtc]) / CAST(:h_size AS INTEGER) AS bucket"
-            in d_sql
+            "DATEDIFF_BIG(SECOND, CAST(:h_start AS DATETIME2), chokaq.[JobsDLQ].[FailedAtUtc]) "
+            "/ CAST(:h_size AS INTEGER) AS bucket" in d_sql
         )
         assert a_sql.rstrip().endswith("AS h GROUP BY h.bucket, h.wait_bin")
         assert d_sql.rstrip().endswith("AS h GROUP BY h.bucket, h.reason")
