@@ -4,9 +4,9 @@ one lease rowset, and a move with its counter as one round trip.
 PostgreSQL and SQLite keep their own forms (in statements/); these exist because SQL Server's locking
 and its ODBC driver reward different shapes:
 
-- A claim whose lock hints sit on a second reference of JobsHot takes its key locks through two
-  indexes, and two claimers can deadlock. ``WITH c AS (SELECT TOP (n) ... WITH (UPDLOCK, READPAST,
-  ROWLOCK)) UPDATE c`` locks each row once, through the index it read.
+- Claimers that lock rows through different indexes can deadlock (1205). Every claim reads one index,
+  :data:`CLAIM_INDEX`, one queue at a time (:class:`ClaimPick`), then its picked rows by key, all
+  with READPAST: one lock order for every claim (statements/claim.py, docs/sqlserver.md).
 - ``Id IN (...) OR Id IN (...)`` over OPENJSON groups may be planned as a scan; a join with one
   ``OPENJSON ... WITH (Id, Attempt)`` rowset is a primary-key seek per lease.
 - Every extra statement is a network round trip; a move, its delete and its counter travel as one
@@ -27,13 +27,10 @@ from sqlalchemy.sql.elements import ClauseElement, ColumnElement
 from sqlalchemy.sql.selectable import Subquery
 from sqlalchemy.sql.visitors import InternalTraversal
 
-from chokaq.storage.dialects.sqlserver import MAX_ROWS_PER_STATEMENT
 from chokaq.storage.schema import stats_summary
 from chokaq.storage.sqlfuncs import ListParam, mssql_type_and_collation
 
 _DIALECT = mssql.dialect()  # type: ignore[no-untyped-call]
-
-__all__ = ["MAX_ROWS_PER_STATEMENT"]
 
 #: The one index every claim reads (Queue, Priority DESC, ScheduledAtUtc, CreatedAtUtc; filtered
 #: Status = 0; Type included on SQL Server): each claim locks the keys of this index first, then the

@@ -14,7 +14,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain.breakers import CLOSED
 from chokaq.domain.states import FailureReason
-from chokaq.storage.dialects.sqlserver_shapes import MAX_ROWS_PER_STATEMENT, ClaimPick
+from chokaq.storage.dialects.sqlserver import MAX_ROWS_PER_STATEMENT
+from chokaq.storage.dialects.sqlserver_shapes import ClaimPick
 from chokaq.storage.schema import circuit_breakers, hot_record_columns, jobs_dlq, jobs_hot, queues
 from chokaq.storage.sqlfuncs import ListParam, claim_lock, in_list, row_lock, seconds, utc_offset, utcnow
 from chokaq.storage.statements.columns import Columns

@@ -13,9 +13,9 @@ from sqlalchemy.sql.dml import ReturningUpdate
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import table as sql_table
 
+from chokaq.storage.dialects.sqlserver import MAX_ROWS_PER_STATEMENT
 from chokaq.storage.dialects.sqlserver_shapes import (
     CLAIM_READ_HINT,
-    MAX_ROWS_PER_STATEMENT,
     ClaimPick,
     CteUpdate,
     name_rowset,
