@@ -312,3 +312,12 @@ def test_a_multi_queue_claim_binds_its_skip_list_once(mssql: Storage, recorder: 
     lists = [p for p in claim.params[0] if isinstance(p, str) and p.startswith("[")]
     assert [json.loads(p) for p in lists].count(skip) == 1
     assert claim.sql.count("OPENJSON") == 2  # the queues and the skip list, each once
+
+
+def test_a_claim_of_many_named_queues_reads_every_one_within_the_cap(mssql: Storage, recorder: Recorder) -> None:
+    """Prefetch 10,000 over 50 queues: each queue is read (its n keys locked), n x 50 within 4,000."""
+    pin_limited_queues(mssql)
+    mssql.fetch("w", 10_000, [f"q{i}" for i in range(50)])
+    (claim,) = recorder.statements
+    pick, queues, per_queue = (int(n) for n in re.findall(r"\bTOP (\d+)", claim.sql)[:3])
+    assert pick == per_queue == 80 and queues >= 50 and queues * per_queue <= 4000

@@ -92,7 +92,10 @@ class SqlServerProfile(Profile):
         # The queues as one list parameter: one statement text whatever their number.
         if queue_names:
             params["claim_queues"] = list(queue_names)
-        limit = self.statement_rows(limit)
+        # At most n claim-index keys locked per queue read: n x queues within the statement's cap.
+        # Named queues are all read (fewer rows per claim, in exact claim order); for every queue
+        # the statement reads at most cap // n of them (statements/claim.py).
+        limit = self.statement_rows(min(limit, MAX_ROWS_PER_STATEMENT // max(1, len(queue_names))))
         return st.mssql_claim_statement(bool(queue_names), limited, limit, start, zombie_retry, breaker)
 
     def probe_ids_statement(self, limit: int, by_queue: bool) -> Any:
