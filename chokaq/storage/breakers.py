@@ -23,6 +23,7 @@ from chokaq.domain.errors import NotFoundError
 from chokaq.domain.keys import check_key
 from chokaq.domain.models import JobRecord
 from chokaq.storage.admin_types import Actor
+from chokaq.storage.dialects import profile_of
 from chokaq.storage.moving import run_move
 from chokaq.storage.records import hot_record
 from chokaq.storage.sqlfuncs import utcnow
@@ -142,9 +143,10 @@ class BreakerStore:
                 params: dict[str, Any] = {"breaker_type": job_type}
                 if queue_names:
                     params["probe_queues"] = list(queue_names)
-                ids = [r[0] for r in c.execute(sb.probe_ids_statement(room, bool(queue_names)), params)]
+                profile = profile_of(c.dialect)
+                ids = [r[0] for r in c.execute(profile.probe_ids_statement(room, bool(queue_names)), params)]
                 if ids:
-                    claimed = c.execute(sb.probe_claim_statement(), {"probe_ids": ids, "claim_worker": worker_id})
+                    claimed = c.execute(profile.probe_claim_statement(), {"probe_ids": ids, "claim_worker": worker_id})
                     jobs = [hot_record(r) for r in claimed]
                     new = replace(new, probes_in_flight=new.probes_in_flight + len(jobs), last_updated_utc=now)
             if new != old:
@@ -180,7 +182,9 @@ class BreakerStore:
     # ------------------------------------------------------------------ the sweep
     def expire_waiting(self, max_job_age: float, size: int) -> list[str]:
         """Pending jobs older than Retry.MaxJobAge whose type's breaker is not closed -> JobsDLQ as
-        CircuitBreakerOpen, ``size`` per transaction (ids, then one move and FailedTotal)."""
+        CircuitBreakerOpen, ``size`` per transaction (ids, then one move and FailedTotal), at most
+        as many as one statement may lock on this database (Profile.statement_rows)."""
+        size = self.storage.tx.profile.statement_rows(size)
         ids_stmt = sb.expired_ids_statement(max_job_age, size)
         move = sb.expired_move_statements(max_job_age)
 

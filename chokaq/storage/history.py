@@ -44,7 +44,14 @@ from sqlalchemy import (
 from chokaq.domain.states import FailureReason
 from chokaq.storage.dialects import profile_of
 from chokaq.storage.schema import jobs_archive, jobs_dlq
-from chokaq.storage.sqlfuncs import WAIT_BINS_PER_DECADE, WAIT_TOP_BIN, millis_between, wait_bin, whole_seconds_since
+from chokaq.storage.sqlfuncs import (
+    WAIT_BINS_PER_DECADE,
+    WAIT_TOP_BIN,
+    millis_between,
+    typed_on_mssql,
+    wait_bin,
+    whole_seconds_since,
+)
 from chokaq.storage.store import Storage
 
 # window name -> (bucket seconds, bucket count)
@@ -128,7 +135,8 @@ def history_statements(queue: str | None) -> tuple[Select[Any], Select[Any]]:
     """
     start = bindparam("h_start", type_=DateTime())
     end = bindparam("h_end", type_=DateTime())
-    size = bindparam("h_size", type_=Integer())
+    # A divisor parameter: typed on SQL Server, which cannot describe a bare operand of "/".
+    size = typed_on_mssql(bindparam("h_size", type_=Integer()))
     a = jobs_archive.c
     wait_ms = millis_between(func.coalesce(a.ScheduledAtUtc, a.CreatedAtUtc), a.StartedAtUtc)
     inner_a = select(

@@ -102,6 +102,14 @@ def _v10_step_journal(conn: Connection) -> None:
     job_steps.create(conn, checkfirst=True)
 
 
+def _v13_index_options(conn: Connection) -> None:
+    # SQL Server: the claim index includes Type (every claim reads it), the history's columns
+    # ride in the archive and DLQ time indexes, and the ever-growing secondary keys get
+    # OPTIMIZE_FOR_SEQUENTIAL_KEY (dialects/sqlserver_indexes.py). Checked against the catalogue
+    # first, so a database made by step 1 is left alone. Nothing on PostgreSQL or SQLite.
+    profile_of(conn.dialect).upgrade_indexes(conn)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial", _v1_initial),
     (2, "drop IX_JobsHot_Worker", _v2_drop_worker_index),
@@ -114,6 +122,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (9, "Logs and Progress on JobsHot, JobsArchive and JobsDLQ (job logs)", _v9_job_logs),
     (10, "JobSteps (the step journal)", _v10_step_journal),
     (11, "DLQ search indexes (pg_trgm on PostgreSQL, FTS5 trigram on SQLite)", _v11_search_indexes),
+    (13, "SQL Server: included columns of the claim and history indexes, sequential-key options", _v13_index_options),
 ]
 
 

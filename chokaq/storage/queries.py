@@ -115,8 +115,9 @@ def statements(dialect_name: str) -> list[tuple[str, str, ClauseElement]]:
         ("breakers_not_closed", "a worker's look for types to probe, at most every Storage.PollingInterval",
          sb.not_closed_statement()),
         ("breaker_probe_ids", "half-open: the probes' ids, under the breaker row's lock",
-         sb.probe_ids_statement(ExecutionSettings().circuit_breaker.half_open_probes, False)),
-        ("breaker_probe_claim", "those jobs Pending -> Fetched for the probing worker", sb.probe_claim_statement()),
+         profile.probe_ids_statement(ExecutionSettings().circuit_breaker.half_open_probes, False)),
+        ("breaker_probe_claim", "those jobs Pending -> Fetched for the probing worker",
+         profile.probe_claim_statement()),
         ("sweep_breaker_ids", "sweep: Pending jobs past Retry.MaxJobAge whose type's breaker is not closed, "
          "one batch", sb.expired_ids_statement(RetrySettings().max_job_age, cleanup)),
         ("sweep_breaker_move", "those jobs -> JobsDLQ as CircuitBreakerOpen, and FailedTotal",

@@ -22,6 +22,8 @@ def sweep(tx: Transactions, fetched_timeout: float, zombie_timeout: float, max_a
     changes its job rows first and the StatsSummary counters last, as completions do: two
     transactions never wait for each other's rows in opposite orders.
     """
+    # At most as many rows per statement as this database takes without escalating its locks.
+    size = tx.profile.statement_rows(size)
     stmts = st.sweep_statements(fetched_timeout, zombie_timeout, max_attempts, size)
 
     def recover(c: Connection) -> int:

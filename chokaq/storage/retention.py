@@ -39,7 +39,8 @@ def purge_older(
     """Delete ``table``'s rows whose ``time_column`` is before ``older_than``, oldest first, at most
     ``batch_size`` (Storage.CleanupBatchSize) per transaction; each batch writes one audit row
     ``action`` with the count. Returns how many were deleted."""
-    size = batch_size or storage.settings.cleanup_batch_size
+    # At most as many rows per statement as this database takes without escalating its locks.
+    size = storage.tx.profile.statement_rows(batch_size or storage.settings.cleanup_batch_size)
     total = 0
     while True:
 

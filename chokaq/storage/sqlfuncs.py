@@ -322,8 +322,9 @@ def _since_pg(element: whole_seconds_since, compiler: SQLCompiler, **kw: Any) ->
 @compiles(whole_seconds_since, "mssql")
 def _since_mssql(element: whole_seconds_since, compiler: SQLCompiler, **kw: Any) -> str:
     # DATEDIFF counts second boundaries crossed: from a whole-second start that is the floor.
+    # The start is cast: a bare parameter as a function's argument is one SQL Server cannot type.
     col, start, _ = _pair(element, compiler, **kw)
-    return f"DATEDIFF_BIG(SECOND, {start}, {col})"
+    return f"DATEDIFF_BIG(SECOND, CAST({start} AS DATETIME2), {col})"
 
 
 @compiles(whole_seconds_since, "sqlite")
@@ -337,6 +338,29 @@ def _since_sqlite(element: whole_seconds_since, compiler: SQLCompiler, **kw: Any
 @compiles(whole_seconds_since)
 def _since_default(element: whole_seconds_since, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError(f"whole_seconds_since is not implemented for {compiler.dialect.name}")
+
+
+class typed_on_mssql(FunctionElement[Any]):
+    """``CAST(x AS <its type>)`` on SQL Server, ``x`` elsewhere: for a parameter that is an operand of
+    arithmetic, which SQL Server cannot type when asked to describe the statement."""
+
+    inherit_cache = True
+
+    def __init__(self, value: ColumnElement[Any]) -> None:
+        self.type = value.type
+        super().__init__(value)
+
+
+@compiles(typed_on_mssql, "mssql")
+def _typed_mssql(element: typed_on_mssql, compiler: SQLCompiler, **kw: Any) -> str:
+    (value,) = list(element.clauses)
+    return f"CAST({compiler.process(value, **kw)} AS {compiler.dialect.type_compiler_instance.process(value.type)})"
+
+
+@compiles(typed_on_mssql)
+def _typed_other(element: typed_on_mssql, compiler: SQLCompiler, **kw: Any) -> str:
+    (value,) = list(element.clauses)
+    return str(compiler.process(value, **kw))
 
 
 class millis_between(FunctionElement[float]):

@@ -10,7 +10,6 @@ runner), :mod:`.enqueue`, :mod:`.claims`, :mod:`.moving` (moves and counters), :
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -360,8 +359,8 @@ class Storage:
         return moved, [d.lease for d in done if d.lease.job_id not in moved]
 
     def _completion(self, worker_id: str, done: Sequence[Completion]) -> tuple[MoveStatements, dict[str, Any]]:
-        groups, params = fence_params(worker_id, [d.lease for d in done], self.dialect)
-        params["durations"] = json.dumps({d.lease.job_id: d.duration_ms for d in done})
+        durations = {d.lease.job_id: d.duration_ms for d in done}
+        groups, params = fence_params(worker_id, [d.lease for d in done], self.dialect, durations)
         notes = bind_many(params, ((d.lease.job_id, d.notes) for d in done if d.notes is not None))
         return st.complete_statements(groups, *notes), params
 

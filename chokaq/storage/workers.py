@@ -78,7 +78,7 @@ class WorkerDirectory:
     def sweep(self, *, silent_for: float, retention: float, batch_size: int | None = None) -> tuple[int, int]:
         """Live workers silent for ``silent_for`` seconds marked lost; stopped and lost rows older
         than ``retention`` seconds deleted, a batch at a time. Returns (marked lost, pruned)."""
-        size = batch_size or self.storage.settings.cleanup_batch_size
+        size = self.storage.tx.profile.statement_rows(batch_size or self.storage.settings.cleanup_batch_size)
         tx = self.storage.tx
         lost = tx.write(lambda c: int(c.execute(lost_statement(silent_for)).rowcount or 0), op="workers_lost")
         pruned = 0

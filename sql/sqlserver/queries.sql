@@ -4,32 +4,35 @@
 
 -- name: claim
 -- Pending -> Fetched: up to 20 due jobs of every queue, in claim order
-WITH c AS
-(SELECT TOP 20 chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[IdempotencyKey], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[Status], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[LastUpdatedUtc], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[ZombieRetry], chokaq.[JobsHot].[Attempts]
-FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)
-WHERE chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[ScheduledAtUtc] <= SYSUTCDATETIME() AND NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:claim_skip AS NVARCHAR(max)))) AND (chokaq.[JobsHot].[Queue] NOT IN (SELECT chokaq.[Queues].[Name]
+WITH pick AS
+(SELECT TOP 20 j.[Id]
+FROM (SELECT TOP 200 chokaq.[Queues].[Name]
 FROM chokaq.[Queues]
-WHERE chokaq.[Queues].[IsPaused] = 1 OR chokaq.[Queues].[MaxWorkers] IS NOT NULL)) ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc])
+WHERE chokaq.[Queues].[IsPaused] = 0 AND chokaq.[Queues].[MaxWorkers] IS NULL ORDER BY newid()) AS q CROSS APPLY (SELECT TOP 20 chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc]
+FROM chokaq.[JobsHot] WITH (INDEX([IX_JobsHot_Fetch]), UPDLOCK, READPAST, ROWLOCK)
+WHERE chokaq.[JobsHot].[Queue] = q.[Name] AND chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[ScheduledAtUtc] <= SYSUTCDATETIME() AND NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:claim_skip AS NVARCHAR(max)))) ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc]) AS j
+ORDER BY j.[Priority] DESC, j.[ScheduledAtUtc], j.[CreatedAtUtc]), c AS
+(SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[IdempotencyKey], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[Status], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[LastUpdatedUtc], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[ZombieRetry], chokaq.[JobsHot].[Attempts]
+FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)
+WHERE chokaq.[JobsHot].[Id] IN (SELECT pick.[Id]
+FROM pick))
 UPDATE c SET [Status]=1, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry], inserted.[Attempts]
 GO
 
 -- name: claim_queues
 -- the same for a worker serving some queues (--queues a,b)
 WITH pick AS
-(SELECT TOP 20 u.[Id]
-FROM (SELECT q0.[Id] AS [Id], q0.[Priority] AS [Priority], q0.[ScheduledAtUtc] AS [ScheduledAtUtc], q0.[CreatedAtUtc] AS [CreatedAtUtc]
-FROM (SELECT TOP 20 chokaq.[JobsHot].[Id] AS [Id], chokaq.[JobsHot].[Priority] AS [Priority], chokaq.[JobsHot].[ScheduledAtUtc] AS [ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc] AS [CreatedAtUtc]
-FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)
-WHERE chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[ScheduledAtUtc] <= SYSUTCDATETIME() AND NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:claim_skip AS NVARCHAR(max)))) AND chokaq.[JobsHot].[Queue] = :claim_queue_0 AND (chokaq.[JobsHot].[Queue] NOT IN (SELECT chokaq.[Queues].[Name]
+(SELECT TOP 20 j.[Id]
+FROM (SELECT TOP 200 ql.[Name]
+FROM (SELECT CAST([value] AS NVARCHAR(255)) COLLATE Latin1_General_100_BIN2 AS [Name] FROM OPENJSON(CAST(:claim_queues AS NVARCHAR(max)))) AS ql
+WHERE (ql.[Name] NOT IN (SELECT chokaq.[Queues].[Name]
 FROM chokaq.[Queues]
-WHERE chokaq.[Queues].[IsPaused] = 1 OR chokaq.[Queues].[MaxWorkers] IS NOT NULL)) ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc]) AS q0 UNION ALL SELECT q1.[Id] AS [Id], q1.[Priority] AS [Priority], q1.[ScheduledAtUtc] AS [ScheduledAtUtc], q1.[CreatedAtUtc] AS [CreatedAtUtc]
-FROM (SELECT TOP 20 chokaq.[JobsHot].[Id] AS [Id], chokaq.[JobsHot].[Priority] AS [Priority], chokaq.[JobsHot].[ScheduledAtUtc] AS [ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc] AS [CreatedAtUtc]
-FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)
-WHERE chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[ScheduledAtUtc] <= SYSUTCDATETIME() AND NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:claim_skip AS NVARCHAR(max)))) AND chokaq.[JobsHot].[Queue] = :claim_queue_1 AND (chokaq.[JobsHot].[Queue] NOT IN (SELECT chokaq.[Queues].[Name]
-FROM chokaq.[Queues]
-WHERE chokaq.[Queues].[IsPaused] = 1 OR chokaq.[Queues].[MaxWorkers] IS NOT NULL)) ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc]) AS q1) AS u ORDER BY u.[Priority] DESC, u.[ScheduledAtUtc], u.[CreatedAtUtc]), c AS
+WHERE chokaq.[Queues].[IsPaused] = 1 OR chokaq.[Queues].[MaxWorkers] IS NOT NULL)) ORDER BY newid()) AS q CROSS APPLY (SELECT TOP 20 chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc]
+FROM chokaq.[JobsHot] WITH (INDEX([IX_JobsHot_Fetch]), UPDLOCK, READPAST, ROWLOCK)
+WHERE chokaq.[JobsHot].[Queue] = q.[Name] AND chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[ScheduledAtUtc] <= SYSUTCDATETIME() AND NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:claim_skip AS NVARCHAR(max)))) ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc]) AS j
+ORDER BY j.[Priority] DESC, j.[ScheduledAtUtc], j.[CreatedAtUtc]), c AS
 (SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[IdempotencyKey], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[Status], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[LastUpdatedUtc], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[ZombieRetry], chokaq.[JobsHot].[Attempts]
-FROM chokaq.[JobsHot]
+FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)
 WHERE chokaq.[JobsHot].[Id] IN (SELECT pick.[Id]
 FROM pick))
 UPDATE c SET [Status]=1, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry], inserted.[Attempts]
@@ -37,12 +40,18 @@ GO
 
 -- name: claim_and_start
 -- Pending -> Processing at once, for a worker with idle slots
-WITH c AS
-(SELECT TOP 20 chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[IdempotencyKey], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[Status], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[LastUpdatedUtc], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[ZombieRetry], chokaq.[JobsHot].[Attempts]
-FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)
-WHERE chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[ScheduledAtUtc] <= SYSUTCDATETIME() AND NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:claim_skip AS NVARCHAR(max)))) AND (chokaq.[JobsHot].[Queue] NOT IN (SELECT chokaq.[Queues].[Name]
+WITH pick AS
+(SELECT TOP 20 j.[Id]
+FROM (SELECT TOP 200 chokaq.[Queues].[Name]
 FROM chokaq.[Queues]
-WHERE chokaq.[Queues].[IsPaused] = 1 OR chokaq.[Queues].[MaxWorkers] IS NOT NULL)) ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc])
+WHERE chokaq.[Queues].[IsPaused] = 0 AND chokaq.[Queues].[MaxWorkers] IS NULL ORDER BY newid()) AS q CROSS APPLY (SELECT TOP 20 chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc]
+FROM chokaq.[JobsHot] WITH (INDEX([IX_JobsHot_Fetch]), UPDLOCK, READPAST, ROWLOCK)
+WHERE chokaq.[JobsHot].[Queue] = q.[Name] AND chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[ScheduledAtUtc] <= SYSUTCDATETIME() AND NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:claim_skip AS NVARCHAR(max)))) ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc]) AS j
+ORDER BY j.[Priority] DESC, j.[ScheduledAtUtc], j.[CreatedAtUtc]), c AS
+(SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[IdempotencyKey], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[Status], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[LastUpdatedUtc], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[ZombieRetry], chokaq.[JobsHot].[Attempts]
+FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)
+WHERE chokaq.[JobsHot].[Id] IN (SELECT pick.[Id]
+FROM pick))
 UPDATE c SET [Status]=2, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME(), [AttemptCount]=c.[AttemptCount] + 1, [StartedAtUtc]=SYSUTCDATETIME(), [HeartbeatUtc]=SYSUTCDATETIME(), [ZombieRetry]=CASE WHEN c.[Type] IN (SELECT CAST([value] AS NVARCHAR(255)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:zombie_types AS NVARCHAR(max)))) THEN 1 ELSE 0 END OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry], inserted.[Attempts]
 GO
 
@@ -70,8 +79,8 @@ SET XACT_ABORT ON;
 DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, [Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2);
 BEGIN TRANSACTION;
 INSERT INTO chokaq.[JobsArchive] ([Id], [Queue], [Type], [Payload], [Tags], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [StartedAtUtc], [FinishedAtUtc], [DurationMs], [ScheduledAtUtc], [Attempts], [Logs], [Progress]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
-SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], SYSUTCDATETIME() AS anon_1, CAST(JSON_VALUE(CAST(:durations AS NVARCHAR(max)), CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT) AS anon_2, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[Attempts], chokaq.[JobsHot].[Logs], chokaq.[JobsHot].[Progress]
-FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK), (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease
+SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], SYSUTCDATETIME() AS anon_1, lease.[DurationMs], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[Attempts], chokaq.[JobsHot].[Logs], chokaq.[JobsHot].[Progress]
+FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK), (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt], [DurationMs] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]', [DurationMs] BIGINT '$[2]')) AS lease
 WHERE chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt] AND chokaq.[JobsHot].[Status] + 0 = 2 AND chokaq.[JobsHot].[WorkerId] = :fence_worker;
 DELETE h FROM chokaq.[JobsHot] AS h JOIN @moved AS m ON m.[Id] = h.[Id];
 INSERT INTO chokaq.[StatsSummary] ([Queue], [LastActivityUtc]) SELECT DISTINCT m.[Queue], SYSUTCDATETIME() FROM @moved AS m WHERE NOT EXISTS (SELECT 1 FROM chokaq.[StatsSummary] AS s WITH (UPDLOCK, HOLDLOCK) WHERE s.[Queue] = m.[Queue]);
@@ -89,8 +98,8 @@ SET XACT_ABORT ON;
 DECLARE @moved TABLE ([Id] VARCHAR(50) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, [Queue] NVARCHAR(255) COLLATE Latin1_General_100_BIN2);
 BEGIN TRANSACTION;
 INSERT INTO chokaq.[JobsArchive] ([Id], [Queue], [Type], [Payload], [Tags], [AttemptCount], [WorkerId], [CreatedBy], [LastModifiedBy], [CreatedAtUtc], [StartedAtUtc], [FinishedAtUtc], [DurationMs], [ScheduledAtUtc], [Attempts], [Logs], [Progress]) OUTPUT inserted.[Id], inserted.[Queue] INTO @moved
-SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], SYSUTCDATETIME() AS anon_1, CAST(JSON_VALUE(CAST(:durations AS NVARCHAR(max)), CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT) AS anon_2, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[Attempts], coalesce((SELECT [value] FROM OPENJSON(CAST(:job_logs AS NVARCHAR(max))) WHERE [key] COLLATE Latin1_General_100_BIN2 = chokaq.[JobsHot].[Id]), chokaq.[JobsHot].[Logs]) AS coalesce_1, coalesce((SELECT [value] FROM OPENJSON(CAST(:job_progress AS NVARCHAR(max))) WHERE [key] COLLATE Latin1_General_100_BIN2 = chokaq.[JobsHot].[Id]), chokaq.[JobsHot].[Progress]) AS coalesce_2
-FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK), (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]')) AS lease
+SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], SYSUTCDATETIME() AS anon_1, lease.[DurationMs], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[Attempts], coalesce((SELECT [value] FROM OPENJSON(CAST(:job_logs AS NVARCHAR(max))) WHERE [key] COLLATE Latin1_General_100_BIN2 = chokaq.[JobsHot].[Id]), chokaq.[JobsHot].[Logs]) AS coalesce_1, coalesce((SELECT [value] FROM OPENJSON(CAST(:job_progress AS NVARCHAR(max))) WHERE [key] COLLATE Latin1_General_100_BIN2 = chokaq.[JobsHot].[Id]), chokaq.[JobsHot].[Progress]) AS coalesce_2
+FROM chokaq.[JobsHot] WITH (UPDLOCK, ROWLOCK), (SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt], [DurationMs] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) WITH ([Id] VARCHAR(50) '$[0]', [Attempt] INT '$[1]', [DurationMs] BIGINT '$[2]')) AS lease
 WHERE chokaq.[JobsHot].[Id] = lease.[Id] AND chokaq.[JobsHot].[AttemptCount] = lease.[Attempt] AND chokaq.[JobsHot].[Status] + 0 = 2 AND chokaq.[JobsHot].[WorkerId] = :fence_worker;
 DELETE h FROM chokaq.[JobsHot] AS h JOIN @moved AS m ON m.[Id] = h.[Id];
 INSERT INTO chokaq.[StatsSummary] ([Queue], [LastActivityUtc]) SELECT DISTINCT m.[Queue], SYSUTCDATETIME() FROM @moved AS m WHERE NOT EXISTS (SELECT 1 FROM chokaq.[StatsSummary] AS s WITH (UPDLOCK, HOLDLOCK) WHERE s.[Queue] = m.[Queue]);
@@ -258,14 +267,20 @@ GO
 
 -- name: claim_breakers
 -- the claim of a worker with circuit breakers on: types whose breaker is not closed are left out
-WITH c AS
-(SELECT TOP 20 chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[IdempotencyKey], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[Status], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[LastUpdatedUtc], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[ZombieRetry], chokaq.[JobsHot].[Attempts]
-FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)
-WHERE chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[ScheduledAtUtc] <= SYSUTCDATETIME() AND NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:claim_skip AS NVARCHAR(max)))) AND (chokaq.[JobsHot].[Queue] NOT IN (SELECT chokaq.[Queues].[Name]
+WITH pick AS
+(SELECT TOP 20 j.[Id]
+FROM (SELECT TOP 200 chokaq.[Queues].[Name]
 FROM chokaq.[Queues]
-WHERE chokaq.[Queues].[IsPaused] = 1 OR chokaq.[Queues].[MaxWorkers] IS NOT NULL)) AND (chokaq.[JobsHot].[Type] NOT IN (SELECT chokaq.[CircuitBreakers].[JobType]
+WHERE chokaq.[Queues].[IsPaused] = 0 AND chokaq.[Queues].[MaxWorkers] IS NULL ORDER BY newid()) AS q CROSS APPLY (SELECT TOP 20 chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc]
+FROM chokaq.[JobsHot] WITH (INDEX([IX_JobsHot_Fetch]), UPDLOCK, READPAST, ROWLOCK)
+WHERE chokaq.[JobsHot].[Queue] = q.[Name] AND chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[ScheduledAtUtc] <= SYSUTCDATETIME() AND NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:claim_skip AS NVARCHAR(max)))) AND (chokaq.[JobsHot].[Type] NOT IN (SELECT chokaq.[CircuitBreakers].[JobType]
 FROM chokaq.[CircuitBreakers]
-WHERE chokaq.[CircuitBreakers].[State] != 0)) ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc])
+WHERE chokaq.[CircuitBreakers].[State] != 0)) ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc]) AS j
+ORDER BY j.[Priority] DESC, j.[ScheduledAtUtc], j.[CreatedAtUtc]), c AS
+(SELECT chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Queue], chokaq.[JobsHot].[Type], chokaq.[JobsHot].[Payload], chokaq.[JobsHot].[Tags], chokaq.[JobsHot].[IdempotencyKey], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[Status], chokaq.[JobsHot].[AttemptCount], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc], chokaq.[JobsHot].[StartedAtUtc], chokaq.[JobsHot].[LastUpdatedUtc], chokaq.[JobsHot].[CreatedBy], chokaq.[JobsHot].[LastModifiedBy], chokaq.[JobsHot].[ZombieRetry], chokaq.[JobsHot].[Attempts]
+FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)
+WHERE chokaq.[JobsHot].[Id] IN (SELECT pick.[Id]
+FROM pick))
 UPDATE c SET [Status]=2, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME(), [AttemptCount]=c.[AttemptCount] + 1, [StartedAtUtc]=SYSUTCDATETIME(), [HeartbeatUtc]=SYSUTCDATETIME(), [ZombieRetry]=CASE WHEN c.[Type] IN (SELECT CAST([value] AS NVARCHAR(255)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:zombie_types AS NVARCHAR(max)))) THEN 1 ELSE 0 END OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry], inserted.[Attempts]
 GO
 
@@ -295,16 +310,18 @@ GO
 
 -- name: breaker_probe_ids
 -- half-open: the probes' ids, under the breaker row's lock
-SELECT TOP 1 chokaq.[JobsHot].[Id]
-FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)
-WHERE chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[ScheduledAtUtc] <= SYSUTCDATETIME() AND chokaq.[JobsHot].[Type] = :breaker_type AND (chokaq.[JobsHot].[Queue] NOT IN (SELECT chokaq.[Queues].[Name]
+SELECT TOP 1 j.[Id]
+FROM (SELECT TOP 4000 chokaq.[Queues].[Name]
 FROM chokaq.[Queues]
-WHERE chokaq.[Queues].[IsPaused] = 1)) ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc]
+WHERE chokaq.[Queues].[IsPaused] = 0 ORDER BY newid()) AS q CROSS APPLY (SELECT TOP 1 chokaq.[JobsHot].[Id], chokaq.[JobsHot].[Priority], chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc]
+FROM chokaq.[JobsHot] WITH (INDEX([IX_JobsHot_Fetch]), UPDLOCK, READPAST, ROWLOCK)
+WHERE chokaq.[JobsHot].[Queue] = q.[Name] AND chokaq.[JobsHot].[Status] = 0 AND chokaq.[JobsHot].[ScheduledAtUtc] <= SYSUTCDATETIME() AND chokaq.[JobsHot].[Type] = :breaker_type ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], chokaq.[JobsHot].[CreatedAtUtc]) AS j
+ORDER BY j.[Priority] DESC, j.[ScheduledAtUtc], j.[CreatedAtUtc]
 GO
 
 -- name: breaker_probe_claim
 -- those jobs Pending -> Fetched for the probing worker
-UPDATE chokaq.[JobsHot] SET [Status]=1, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry], inserted.[Attempts] WHERE chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:probe_ids AS NVARCHAR(max)))) AND chokaq.[JobsHot].[Status] = 0
+UPDATE chokaq.[JobsHot] SET [Status]=1, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id], inserted.[Queue], inserted.[Type], inserted.[Payload], inserted.[Tags], inserted.[IdempotencyKey], inserted.[Priority], inserted.[Status], inserted.[AttemptCount], inserted.[WorkerId], inserted.[HeartbeatUtc], inserted.[ScheduledAtUtc], inserted.[CreatedAtUtc], inserted.[StartedAtUtc], inserted.[LastUpdatedUtc], inserted.[CreatedBy], inserted.[LastModifiedBy], inserted.[ZombieRetry], inserted.[Attempts] WHERE chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:probe_ids AS NVARCHAR(max)))) AND chokaq.[JobsHot].[Status] + 0 = 0
 GO
 
 -- name: sweep_breaker_ids

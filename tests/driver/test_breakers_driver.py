@@ -92,7 +92,7 @@ def test_the_threshold_opens_it_in_one_locked_read_and_one_write(mssql: Storage,
 def test_probes_are_claimed_under_the_breaker_row_lock(mssql: Storage, recorder: Recorder) -> None:
     due = breaker_row(OPEN, OpenedAtUtc=T0, OpenUntilUtc=T0, FailureCount=2)
     recorder.answer(r"FROM chokaq\.\[CircuitBreakers\]", [due], ROW_COLUMNS)
-    recorder.answer(r"^SELECT TOP 2 chokaq\.\[JobsHot\]\.\[Id\]", [("01A",), ("01B",)], ["Id"])
+    recorder.answer(r"^SELECT TOP 2 j\.\[Id\]", [("01A",), ("01B",)], ["Id"])
     claimed = [row(HOT, i, Type="mailer", WorkerId="w1", Status=1) for i in ("01A", "01B")]
     recorder.answer(r"^UPDATE chokaq\.\[JobsHot\]", claimed, columns(HOT))
     jobs, change = BreakerStore(mssql).claim_probes("w1", "mailer", POLICY, ["q1"])
@@ -101,12 +101,14 @@ def test_probes_are_claimed_under_the_breaker_row_lock(mssql: Storage, recorder:
     trips = executes(recorder)
     assert LOCKED.match(trips[0].sql)
     ids = trips[1]
-    assert "FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)" in ids.sql
+    # The claim's own read: the claim index, one queue at a time, the type read from the index.
+    assert "FROM chokaq.[JobsHot] WITH (INDEX([IX_JobsHot_Fetch]), UPDLOCK, READPAST, ROWLOCK)" in ids.sql
     assert "[Type] = ?" in ids.sql and "[IsPaused] = 1" in ids.sql and "OPENJSON" in ids.sql
-    assert ids.params[0] == ("mailer", '["q1"]')
+    assert ids.params[0] == ('["q1"]', "mailer")
     claim = trips[2]
     assert claim.sql.startswith("UPDATE chokaq.[JobsHot] SET [Status]=1, [WorkerId]=?")
-    assert "OUTPUT inserted.[Id]" in claim.sql and "[Status] = 0" in claim.sql
+    # By primary key (Status + 0): the probes' claim-index keys are locked already.
+    assert "OUTPUT inserted.[Id]" in claim.sql and "[Status] + 0 = 0" in claim.sql
     assert claim.params[0] == ("w1", '["01A", "01B"]')
     assert "[WindowStartUtc]=NULL" in trips[3].sql
     (values,) = trips[3].params
@@ -149,12 +151,12 @@ def test_the_sweep_moves_expired_jobs_in_one_batch_per_transaction(mssql: Storag
 
 def test_the_claim_leaves_out_open_types_only_when_the_breakers_are_on(mssql: Storage, recorder: Recorder) -> None:
     mssql.fetch("w1", 5)
-    (off,) = [c for c in recorder.statements if c.sql.startswith("WITH c AS")]
+    (off,) = [c for c in recorder.statements if c.sql.startswith("WITH pick AS")]
     assert "CircuitBreakers" not in off.sql
     recorder.clear()
     mssql._claimer.breaker = True
     mssql.fetch("w1", 5)
-    (on,) = [c for c in recorder.statements if c.sql.startswith("WITH c AS")]
+    (on,) = [c for c in recorder.statements if c.sql.startswith("WITH pick AS")]
     extra = (
         " AND (chokaq.[JobsHot].[Type] NOT IN (SELECT chokaq.[CircuitBreakers].[JobType] \n"
         "FROM chokaq.[CircuitBreakers] \nWHERE chokaq.[CircuitBreakers].[State] != 0))"

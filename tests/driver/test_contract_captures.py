@@ -81,7 +81,7 @@ def claimed(mssql: Storage, recorder: Recorder, *ids: str) -> list[Any]:
     """Records of jobs ``w`` fetched (a claim answered with ``ids``), the record cleared after."""
     pin_limited_queues(mssql)
     claimed = [row(HOT_RECORD, i, AttemptCount=n) for n, i in enumerate(ids, 1)]
-    recorder.answer(r"^WITH c AS", claimed, columns(HOT_RECORD))
+    recorder.answer(r"^WITH pick AS", claimed, columns(HOT_RECORD))
     jobs = mssql.fetch("w", len(ids))
     recorder.clear()
     return jobs
@@ -160,11 +160,11 @@ def test_a_claim_by_queue_that_starts_binds_skip_and_zombie_types_as_json(mssql:
     mssql.fetch("w", 5, ["emails"], start=True, skip=["01X"], zombie_retry_types={"t"})
     claim = assert_one_statement(recorder, "claim")
     sql = claim.sql
-    assert "chokaq.[JobsHot].[Queue] = ?" in sql and "\nUPDATE c SET [Status]=2, [WorkerId]=?" in sql
+    assert "chokaq.[JobsHot].[Queue] = q.[Name]" in sql and "\nUPDATE c SET [Status]=2, [WorkerId]=?" in sql
     assert "NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 " in sql
     assert "[ZombieRetry]=CASE WHEN c.[Type] IN (SELECT CAST([value] AS NVARCHAR(255))" in sql
-    assert claim.params[0] == ('["01X"]', "emails", "w", '["t"]')
-    assert size_of(claim, '["01X"]') == SQL_WVARCHAR and size_of(claim, "emails") == SQL_WVARCHAR
+    assert claim.params[0] == ('["emails"]', '["01X"]', "w", '["t"]')
+    assert size_of(claim, '["01X"]') == SQL_WVARCHAR and size_of(claim, '["emails"]') == SQL_WVARCHAR
 
 
 def test_a_claim_of_a_max_workers_queue_locks_its_row_and_claims_only_the_room(
@@ -173,7 +173,7 @@ def test_a_claim_of_a_max_workers_queue_locks_its_row_and_claims_only_the_room(
     mssql.queue_cache.pin_limited(["limited"], for_seconds=3600)
     recorder.answer(r"^SELECT chokaq\.\[Queues\]\.\[MaxWorkers\]", [(3, False)], ["MaxWorkers", "IsPaused"])
     recorder.answer(r"^SELECT count\(\*\)", [(1,)])
-    recorder.answer(r"^WITH c AS \n\(SELECT TOP 2 ", [row(HOT_RECORD, "01L", Queue="limited")], columns(HOT_RECORD))
+    recorder.answer(r"^WITH pick AS \n\(SELECT TOP 2 ", [row(HOT_RECORD, "01L", Queue="limited")], columns(HOT_RECORD))
     (job,) = mssql.fetch("w", 5, ["limited", "other"])
     assert job.id == "01L"
     main = recorder.statements[0]
@@ -186,7 +186,7 @@ def test_a_claim_of_a_max_workers_queue_locks_its_row_and_claims_only_the_room(
     locked, count, claim = one_transaction(recorder)
     assert "FROM chokaq.[Queues] WITH (UPDLOCK, ROWLOCK)" in locked.sql and locked.params == [("limited",)]
     assert count.sql.endswith("[Queue] = ? AND chokaq.[JobsHot].[Status] IN (1, 2)")
-    assert claim.sql.startswith("WITH c AS \n(SELECT TOP 2 ") and "limited" in claim.params[0]
+    assert claim.sql.startswith("WITH pick AS \n(SELECT TOP 2 ") and '["limited"]' in claim.params[0]
 
 
 def test_a_start_with_zombie_retry_types_marks_them_in_its_one_statement(mssql: Storage, recorder: Recorder) -> None:

@@ -30,13 +30,13 @@ def hot_statements() -> list[tuple[str, Any, dict[str, Any]]]:
     groups, fence = fence_params("w", LEASES, "mssql")
     claim = {"claim_worker": "w", "claim_skip": '["01X"]'}
     return [
-        ("claim", mssql_claim_statement(0, False, 10), claim),
-        ("claim by queues", mssql_claim_statement(2, False, 4), {**claim, "claim_queue_0": "a", "claim_queue_1": "b"}),
-        ("claim and start", mssql_claim_statement(1, False, 3, True, True), {**claim, "claim_queue_0": "a",
-                                                                              "zombie_types": '["t"]'}),
+        ("claim", mssql_claim_statement(False, False, 10), claim),
+        ("claim by queues", mssql_claim_statement(True, False, 4), {**claim, "claim_queues": ["a", "b"]}),
+        ("claim and start", mssql_claim_statement(True, False, 3, True, True), {**claim, "claim_queues": ["a"],
+                                                                                 "zombie_types": '["t"]'}),
         ("start", start_statement(groups, True), {**fence, "zombie_types": '["t"]'}),
         ("heartbeat", heartbeat_statement(groups), fence),
-        ("complete", complete_statements(groups).batch, {**fence, "durations": '{"01A": 5}'}),
+        ("complete", complete_statements(groups).batch, fence_params("w", LEASES, "mssql", {"01A": 5})[1]),
         ("fail", fail_statements(groups, True).batch, {**fence, "failure_reason": 2, "error_details": "x"}),
     ]  # fmt: skip
 
@@ -84,11 +84,11 @@ def test_each_hot_operation_is_one_statement_on_an_autocommit_connection(mssql: 
     # connection, no switch, one statement.
     assert not [c for c in recorder.calls if c.kind == "connect"]
     assert_one_statement(recorder, "heartbeat")
-    recorder.answer(r"^WITH c AS", [row(HOT_RECORD, "01A", AttemptCount=1, Status=2)], columns(HOT_RECORD))
+    recorder.answer(r"^WITH pick AS", [row(HOT_RECORD, "01A", AttemptCount=1, Status=2)], columns(HOT_RECORD))
     (job,) = mssql.fetch("w", 1, start=True)
     assert job.id == "01A" and job.attempt_count == 1
     assert_one_statement(recorder, "claim")
-    recorder.answer(r"^WITH c AS", [row(HOT_RECORD, "01B")], columns(HOT_RECORD))
+    recorder.answer(r"^WITH pick AS", [row(HOT_RECORD, "01B")], columns(HOT_RECORD))
     (buffered,) = mssql.fetch("w", 1)
     assert_one_statement(recorder, "claim")
     recorder.answer(r"^UPDATE chokaq\.\[JobsHot\] SET \[Status\]=2", [("01B", 1, None, None, None, False)], STARTED)

@@ -55,7 +55,7 @@ def test_claim_start_heartbeat_complete_are_one_round_trip_each(mssql: Storage, 
     mssql.heartbeat("w", [Lease("01WARM", "w", 1)])  # the autocommit pool's first connection
     recorder.clear()
 
-    recorder.answer(r"^WITH c AS", [row(HOT_RECORD, "01A"), row(HOT_RECORD, "01B")], columns(HOT_RECORD))
+    recorder.answer(r"^WITH pick AS", [row(HOT_RECORD, "01A"), row(HOT_RECORD, "01B")], columns(HOT_RECORD))
     jobs = mssql.fetch("w", 2)
     assert [j.id for j in jobs] == ["01A", "01B"]
     claim = assert_one_statement(recorder, "claim")
@@ -136,13 +136,23 @@ def test_the_all_queue_claim_is_an_updatable_cte_over_one_locked_read(mssql: Sto
     mssql.fetch("w", 7, start=True, zombie_retry_types={"t"})
     (claim,) = recorder.statements
     sql = claim.sql
-    assert re.match(r"WITH c AS \n\(SELECT TOP 7 chokaq\.\[JobsHot\]\.\[Id\], ", sql), sql
-    # One reference to JobsHot, carrying the hints; the UPDATE goes through the CTE.
-    assert sql.count("FROM chokaq.[JobsHot]") == 1
-    assert "FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)" in sql
+    # The queues first (a queue-level test: paused and MaxWorkers queues are not read at all), then
+    # each queue's due jobs from the claim index in claim order, TOP (n) over them all.
+    assert re.match(r"WITH pick AS \n\(SELECT TOP 7 j\.\[Id\]\nFROM \(SELECT TOP 571 chokaq\.\[Queues\]\.\[Name\]", sql)
+    assert "[IsPaused] = 0 AND chokaq.[Queues].[MaxWorkers] IS NULL" in sql
+    assert "FROM chokaq.[JobsHot] WITH (INDEX([IX_JobsHot_Fetch]), UPDLOCK, READPAST, ROWLOCK)" in sql
+    assert "CROSS APPLY (SELECT TOP 7 chokaq.[JobsHot].[Id]" in sql
+    # c re-reads the picked rows by key with the same skip-and-lock hints; the UPDATE goes through it.
+    assert "), c AS \n(SELECT chokaq.[JobsHot].[Id], " in sql
+    assert (
+        "FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK) \nWHERE chokaq.[JobsHot].[Id] IN (SELECT pick.[Id]"
+        in sql
+    )
+    assert sql.count("FROM chokaq.[JobsHot]") == 2
     assert "\nUPDATE c SET [Status]=2, [WorkerId]=?" in sql
     assert "UPDATE chokaq.[JobsHot]" not in sql
     assert "ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], " in sql
+    assert "ORDER BY j.[Priority] DESC, j.[ScheduledAtUtc], j.[CreatedAtUtc]" in sql
     assert "[AttemptCount]=c.[AttemptCount] + 1" in sql
     assert "OUTPUT inserted.[Id], inserted.[Queue]" in sql
 
@@ -153,21 +163,21 @@ def test_a_multi_queue_claim_walks_the_fetch_index_once_per_queue(mssql: Storage
     (claim,) = recorder.statements
     sql = claim.sql
     assert "[Queue] IN (" not in sql
-    # One TOP (n) per queue, each an equality on Queue (IX_JobsHot_Fetch's first key) read in the
-    # index's order, with the claim hints; then TOP (n) over their union, in claim order.
-    branches = re.findall(
-        r"FROM \(SELECT TOP 4 chokaq\.\[JobsHot\]\.\[Id\] AS \[Id\], .*?\nFROM chokaq\.\[JobsHot\] "
-        r"WITH \(UPDLOCK, READPAST, ROWLOCK\) \nWHERE .*?chokaq\.\[JobsHot\]\.\[Queue\] = \? .*?"
-        r"ORDER BY chokaq\.\[JobsHot\]\.\[Priority\] DESC, chokaq\.\[JobsHot\]\.\[ScheduledAtUtc\], "
-        r"chokaq\.\[JobsHot\]\.\[CreatedAtUtc\]\) AS q\d",
+    # The queues travel as one list; each is read as an equality on Queue (IX_JobsHot_Fetch's first
+    # key) in the index's order, with the claim hints; then TOP (n) over them, in claim order.
+    assert "FROM OPENJSON(CAST(? AS NVARCHAR(max)))) AS ql" in sql
+    assert re.search(
+        r"CROSS APPLY \(SELECT TOP 4 chokaq\.\[JobsHot\]\.\[Id\], .*?\nFROM chokaq\.\[JobsHot\] "
+        r"WITH \(INDEX\(\[IX_JobsHot_Fetch\]\), UPDLOCK, READPAST, ROWLOCK\) "
+        r"\nWHERE chokaq\.\[JobsHot\]\.\[Queue\] = q\.\[Name\] "
+        r".*?ORDER BY chokaq\.\[JobsHot\]\.\[Priority\] DESC, chokaq\.\[JobsHot\]\.\[ScheduledAtUtc\], "
+        r"chokaq\.\[JobsHot\]\.\[CreatedAtUtc\]\) AS j",
         sql,
         re.S,
-    )
-    assert len(branches) == 3, sql
-    assert sql.count(" UNION ALL ") == 2
-    assert re.search(r"WITH pick AS \n\(SELECT TOP 4 u\.\[Id\] .*ORDER BY u\.\[Priority\] DESC", sql, re.S)
+    ), sql
+    assert " UNION ALL " not in sql
     assert "\nUPDATE c SET [Status]=1" in sql
-    assert [p for p in claim.params[0] if p in ("emails", "reports", "sms")] == ["emails", "reports", "sms"]
+    assert json.loads(claim.params[0][0]) == ["emails", "reports", "sms"]
 
 
 def test_fenced_moves_join_one_lease_rowset(mssql: Storage, recorder: Recorder) -> None:

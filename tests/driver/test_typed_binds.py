@@ -7,11 +7,13 @@ fails and pyodbc binds every parameter as VARCHAR(255). ``CAST(? AS type)`` is a
 
 Two sources cover every statement: the full scenario of test_mssql_compile (run on SQLite, each
 statement object compiled again by a dialect initialised as SQL Server 2022), and the statements
-only SQL Server gets (claims, fenced moves, move batches, sweep), sent through the recording driver.
+only SQL Server gets (claims, fenced moves, move batches, sweep) and the history charts' grouped
+reads, sent through the recording driver.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from chokaq.domain.models import EnqueueRequest, Lease
 from chokaq.domain.states import FailureReason
 from chokaq.storage import Storage
 from chokaq.storage.admin import Actor, AdminStore
+from chokaq.storage.history import load_history
 from chokaq.storage.store import Completion
 from tests.driver.recording import Recorder, sql_server_2022_engine
 from tests.driver.sqltext import untyped_operands
@@ -69,7 +72,10 @@ def statements_only_sql_server_gets(mssql: Storage, recorder: Recorder) -> list[
     mssql.reschedule("w", leases)
     recorder.answer(r"^SELECT TOP 1000 chokaq\.\[JobsHot\]\.\[Id\]", [("01Z",)], ["Id"])
     mssql.sweep(fetched_timeout=600, zombie_timeout=600, max_attempts=3)
-    AdminStore(mssql).purge_archive(__import__("datetime").datetime(2026, 1, 1), Actor("ops", "admin"))
+    AdminStore(mssql).purge_archive(datetime(2026, 1, 1), Actor("ops", "admin"))
+    # The Deck's history: bucket arithmetic over a bound start and size, all queues and one.
+    load_history(mssql, "24h", now=datetime(2026, 1, 1, 12))
+    load_history(mssql, "7d", queue="emails", now=datetime(2026, 1, 1, 12))
     return [c.sql for c in recorder.statements]
 
 
@@ -77,7 +83,7 @@ def test_no_parameter_is_an_untyped_operand(tmp_path: Path, mssql: Storage, reco
     everything = statements_of_the_full_scenario(tmp_path)
     mine = statements_only_sql_server_gets(mssql, recorder)
     assert len(everything) > 60 and len(mine) > 20
-    for needle in ("WITH c AS", "@moved", "AS lease", "UNION ALL", "DATEADD(SECOND"):
+    for needle in ("WITH pick AS", "CROSS APPLY", "@moved", "AS lease", "DATEADD(SECOND", "DATEDIFF_BIG(SECOND"):
         assert any(needle in sql for sql in mine), needle
     problems = {p for sql in everything + mine for p in untyped_operands(sql)}
     assert not problems, "\n".join(sorted(problems))

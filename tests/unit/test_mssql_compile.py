@@ -141,18 +141,19 @@ def test_every_statement_compiles_for_sql_server(captured: tuple[Storage, list[s
 
 
 def test_claim_is_an_updatable_cte_with_the_lock_hints() -> None:
-    claim = compile_mssql(mssql_claim_statement(0, False, 5))
+    claim = compile_mssql(mssql_claim_statement(False, False, 5))
     # TOP takes the limit as a literal (rendered at execution), not a parameter.
-    assert re.match(r"WITH c AS \n\(SELECT TOP __\[POSTCOMPILE_\w+\] chokaq\.\[JobsHot\]\.\[Id\], ", claim), claim
+    assert re.match(r"WITH pick AS \n\(SELECT TOP 5 j\.\[Id\]\nFROM \(SELECT TOP __\[POSTCOMPILE_\w+\] ", claim), claim
+    assert "FROM chokaq.[JobsHot] WITH (INDEX([IX_JobsHot_Fetch]), UPDLOCK, READPAST, ROWLOCK)" in claim
     assert "FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)" in claim
     assert "\nUPDATE c SET [Status]=1, [WorkerId]=:claim_worker, [LastUpdatedUtc]=SYSUTCDATETIME()" in claim
     assert "OUTPUT inserted.[Id]" in claim
     assert "ORDER BY chokaq.[JobsHot].[Priority] DESC, chokaq.[JobsHot].[ScheduledAtUtc], " in claim
-    assert "[Queue] = :claim_queue_0" in compile_mssql(mssql_claim_statement(1, True, 5))
+    assert "OPENJSON(CAST(:claim_queues AS NVARCHAR(max)))" in compile_mssql(mssql_claim_statement(True, True, 5))
 
 
 def test_a_claim_that_starts_is_the_same_locked_claim() -> None:
-    claim = compile_mssql(mssql_claim_statement(0, False, 5, True, True))
+    claim = compile_mssql(mssql_claim_statement(False, False, 5, True, True))
     assert "FROM chokaq.[JobsHot] WITH (UPDLOCK, READPAST, ROWLOCK)" in claim
     assert "NOT chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) " in claim
     assert "FROM OPENJSON(CAST(:claim_skip AS NVARCHAR(max))))" in claim
@@ -175,9 +176,13 @@ def test_worker_moves_are_fenced_by_worker_and_one_lease_rowset() -> None:
     heartbeat = compile_mssql(heartbeat_statement(0))
     start = compile_mssql(start_statement(0, False))
     move = compile_mssql(complete_statements(0).batch)
-    for sql, status in ((heartbeat, 2), (start, 1), (move, 2)):
+    # A completion's rowset carries each job's duration as a third column.
+    with_durations = lease.replace("[Attempt] FROM", "[Attempt], [DurationMs] FROM").replace(
+        "INT '$[1]')", "INT '$[1]', [DurationMs] BIGINT '$[2]')"
+    )
+    for sql, status, rowset in ((heartbeat, 2, lease), (start, 1, lease), (move, 2, with_durations)):
         # By primary key: "Status + 0" keeps the planner off the whole filtered index.
-        assert lease in sql and fence.format(status=status) in sql, sql
+        assert rowset in sql and fence.format(status=status) in sql, sql
         assert " OR " not in sql, sql
     assert heartbeat.startswith("UPDATE chokaq.[JobsHot] SET [HeartbeatUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id] ")
 
@@ -190,10 +195,8 @@ def test_worker_moves_copy_under_a_row_lock() -> None:
         "(SELECT [Id] COLLATE Latin1_General_100_BIN2 AS [Id], [Attempt]" in move
     )
     assert "INSERT INTO chokaq.[JobsArchive] (" in move and "OUTPUT inserted.[Id], inserted.[Queue] INTO @moved" in move
-    durations = (
-        """CAST(JSON_VALUE(CAST(:durations AS NVARCHAR(max)), CONCAT('$."', chokaq.[JobsHot].[Id], '"')) AS BIGINT)"""
-    )
-    assert durations in move
+    # The duration is a column of the lease rowset, not a JSON lookup per row.
+    assert "lease.[DurationMs]" in move and "JSON_VALUE" not in move
     assert "DELETE h FROM chokaq.[JobsHot] AS h JOIN @moved AS m ON m.[Id] = h.[Id];" in move
 
 
@@ -283,7 +286,10 @@ def test_history_statements_compile_for_sql_server() -> None:
     for queue in (None, "q"):
         archive, dlq = history_statements(queue)
         a_sql, d_sql = compile_mssql(archive), compile_mssql(dlq)
-        assert "DATEDIFF_BIG(SECOND, :h_start, chokaq.[JobsArchive].[FinishedAtUtc]) / :h_size AS bucket" in a_sql
+        assert (
+            "DATEDIFF_BIG(SECOND, CAST(:h_start AS DATETIME2), chokaq.[JobsArchive].[FinishedAtUtc]) "
+            "/ CAST(:h_size AS INTEGER) AS bucket" in a_sql
+        )
         wait = (
             "DATEDIFF_BIG(MILLISECOND, coalesce(chokaq.[JobsArchive].[ScheduledAtUtc], "
             "chokaq.[JobsArchive].[CreatedAtUtc]), chokaq.[JobsArchive].[StartedAtUtc])"
@@ -291,7 +297,10 @@ def test_history_statements_compile_for_sql_server() -> None:
         assert wait in a_sql
         # The wait's histogram bin: one LOG10 per row, five bins per decade, capped.
         assert "ELSE CAST(FLOOR(LOG10(" in a_sql and ") * 5) AS INT) + 1 END" in a_sql and "THEN 41" in a_sql
-        assert "DATEDIFF_BIG(SECOND, :h_start, chokaq.[JobsDLQ].[FailedAtUtc]) / :h_size AS bucket" in d_sql
+        assert (
+            "DATEDIFF_BIG(SECOND, CAST(:h_start AS DATETIME2), chokaq.[JobsDLQ].[FailedAtUtc]) "
+            "/ CAST(:h_size AS INTEGER) AS bucket" in d_sql
+        )
         assert a_sql.rstrip().endswith("AS h GROUP BY h.bucket, h.wait_bin")
         assert d_sql.rstrip().endswith("AS h GROUP BY h.bucket, h.reason")
         # Sargable range on the indexed time column; no function wraps it in the WHERE clause.

@@ -74,6 +74,10 @@ class Profile:
     #: Rows and parameters one multi-row INSERT may carry (a bulk enqueue splits its rows so).
     insert_rows_max: ClassVar[int] = 1000
     insert_params_max: ClassVar[int] = 32_000
+    #: Rows one batch statement may name (claims, sweep moves, purges), so that its locks stay
+    #: under the database's lock escalation; None: no such limit (PostgreSQL and SQLite never
+    #: escalate). Callers loop over batches of :meth:`statement_rows`.
+    max_rows_per_statement: ClassVar[int | None] = None
     #: What ends one statement in a plain script.
     script_separator: ClassVar[str] = ";\n"
 
@@ -121,6 +125,25 @@ class Profile:
         if queue_names:
             params["claim_queues"] = list(queue_names)
         return st.claim_statement(bool(queue_names), limited, limit, start, zombie_retry, breaker)
+
+    def statement_rows(self, size: int) -> int:
+        """``size`` (a batch setting: CleanupBatchSize, a claim's limit) as this database's batch
+        statements may take it: at most :attr:`max_rows_per_statement`."""
+        cap = self.max_rows_per_statement
+        return size if cap is None else max(1, min(size, cap))
+
+    def probe_ids_statement(self, limit: int, by_queue: bool) -> Any:
+        """A half-open breaker's probes: the ids of up to ``limit`` due jobs of ``breaker_type``
+        (of ``probe_queues`` when ``by_queue``), locked and in claim order."""
+        from chokaq.storage.statements import breakers
+
+        return breakers.probe_ids_statement(limit, by_queue)
+
+    def probe_claim_statement(self) -> Any:
+        """Those ids (``probe_ids``) Pending -> Fetched for ``claim_worker``."""
+        from chokaq.storage.statements import breakers
+
+        return breakers.probe_claim_statement()
 
     def alone_move(self, move: MoveStatements) -> Any:
         """The statement (or batch) of a move that runs alone (see :attr:`moves_alone`)."""
@@ -179,6 +202,10 @@ class Profile:
     def upgrade_keys_and_text(self, conn: Connection) -> None:
         """Migration 3: types the current definitions give keys and user text (nothing to do
         where the database already stores Unicode and compares text exactly)."""
+
+    def upgrade_indexes(self, conn: Connection) -> None:
+        """Migration 13: index options only this database has (included columns, sequential
+        keys); nothing where the definitions carry none."""
 
     def add_column(self, conn: Connection, table: Table, column: Column[Any]) -> None:
         """``ALTER TABLE ADD`` a nullable ``column`` unless the table has it."""

@@ -3,8 +3,9 @@
 The rest of SQL Server's differences live beside this profile, each in one module:
 :mod:`.sqlserver_connect` (engine, token sign-in, command timeout, the autocommit pool),
 :mod:`.sqlserver_errors` (native error numbers worth a replay, a missing ODBC driver),
-:mod:`.sqlserver_shapes` (the claim as an updatable CTE, fences over one lease rowset, a move and
-its counter as one batch), :mod:`.sqlserver_keys` (migration 3) and
+:mod:`.sqlserver_shapes` (the claim as an updatable CTE over one index, fences over one lease rowset,
+a move and its counter as one batch), :mod:`.sqlserver_keys` (migration 3),
+:mod:`.sqlserver_indexes` (migration 13) and
 :mod:`.sqlserver_requirements` (what `chokaq db upgrade` checks first). Lock hints, time arithmetic
 and list parameters compile through ``@compiles(..., "mssql")`` in ``sqlfuncs.py``.
 """
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
     from chokaq.storage.statements import MoveStatements
 
 MIGRATION_LOCK = "chokaq.migrations"
+#: Rows (so row or key locks on one index) one SQL Server statement may take: under the 5,000 locks
+#: on one index or table at which SQL Server escalates a statement's locks to a table lock, which
+#: READPAST does not skip and ROWLOCK does not prevent (docs/sqlserver.md, "Lock escalation").
+MAX_ROWS_PER_STATEMENT = 4000
 
 
 class SqlServerProfile(Profile):
@@ -41,6 +46,7 @@ class SqlServerProfile(Profile):
     insert_rows_max: ClassVar[int] = 1000
     insert_params_max: ClassVar[int] = 2099
     script_now: ClassVar[str] = "SYSUTCDATETIME()"
+    max_rows_per_statement: ClassVar[int | None] = MAX_ROWS_PER_STATEMENT
 
     def build_engine(self, url: URL, options: EngineOptions) -> Engine:
         from chokaq.storage.dialects.sqlserver_connect import mssql_engine
@@ -83,10 +89,25 @@ class SqlServerProfile(Profile):
     ) -> Any:
         from chokaq.storage import statements as st
 
-        # One parameter per queue: the updatable CTE compares Queue = ? per name (sqlserver_shapes.py).
-        for i, name in enumerate(queue_names):
-            params[f"claim_queue_{i}"] = name
-        return st.mssql_claim_statement(len(queue_names), limited, limit, start, zombie_retry, breaker)
+        # The queues as one list parameter: one statement text whatever their number.
+        if queue_names:
+            params["claim_queues"] = list(queue_names)
+        # At most n claim-index keys locked per queue read: n x queues within the statement's cap.
+        # Named queues are all read (fewer rows per claim, in exact claim order); for every queue
+        # the statement reads at most cap // n of them (statements/claim.py).
+        limit = self.statement_rows(min(limit, MAX_ROWS_PER_STATEMENT // max(1, len(queue_names))))
+        return st.mssql_claim_statement(bool(queue_names), limited, limit, start, zombie_retry, breaker)
+
+    def probe_ids_statement(self, limit: int, by_queue: bool) -> Any:
+        from chokaq.storage.statements.breakers import mssql_probe_ids_statement
+
+        return mssql_probe_ids_statement(self.statement_rows(limit), by_queue)
+
+    def probe_claim_statement(self) -> Any:
+        from chokaq.storage.statements.breakers import probe_claim_statement
+
+        # By primary key: the probes' claim-index keys are locked already, by the read of their ids.
+        return probe_claim_statement(by_key=True)
 
     def alone_move(self, move: MoveStatements) -> Any:
         return move.batch
@@ -128,6 +149,11 @@ class SqlServerProfile(Profile):
         from chokaq.storage.dialects.sqlserver_keys import upgrade_keys_and_text
 
         upgrade_keys_and_text(conn)
+
+    def upgrade_indexes(self, conn: Connection) -> None:
+        from chokaq.storage.dialects.sqlserver_indexes import upgrade_indexes
+
+        upgrade_indexes(conn)
 
     def add_column(self, conn: Connection, table: Table, column: Column[Any]) -> None:
         name, definition = nullable_column(conn, table, column)

@@ -4,9 +4,9 @@ one lease rowset, and a move with its counter as one round trip.
 PostgreSQL and SQLite keep their own forms (in statements/); these exist because SQL Server's locking
 and its ODBC driver reward different shapes:
 
-- A claim whose lock hints sit on a second reference of JobsHot takes its key locks through two
-  indexes, and two claimers can deadlock. ``WITH c AS (SELECT TOP (n) ... WITH (UPDLOCK, READPAST,
-  ROWLOCK)) UPDATE c`` locks each row once, through the index it read.
+- Claimers that lock rows through different indexes can deadlock (1205). Every claim reads one index,
+  :data:`CLAIM_INDEX`, one queue at a time (:class:`ClaimPick`), then its picked rows by key, all
+  with READPAST: one lock order for every claim (statements/claim.py, docs/sqlserver.md).
 - ``Id IN (...) OR Id IN (...)`` over OPENJSON groups may be planned as a scan; a join with one
   ``OPENJSON ... WITH (Id, Attempt)`` rowset is a primary-key seek per lease.
 - Every extra statement is a network round trip; a move, its delete and its counter travel as one
@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any, NoReturn
 
-from sqlalchemy import Integer, Select, Table, UnicodeText, bindparam, column, text
+from sqlalchemy import BigInteger, Integer, Select, Table, UnicodeText, bindparam, column, text
 from sqlalchemy.dialects import mssql
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.base import Executable
@@ -28,9 +28,15 @@ from sqlalchemy.sql.selectable import Subquery
 from sqlalchemy.sql.visitors import InternalTraversal
 
 from chokaq.storage.schema import stats_summary
-from chokaq.storage.sqlfuncs import mssql_type_and_collation
+from chokaq.storage.sqlfuncs import ListParam, mssql_type_and_collation
 
 _DIALECT = mssql.dialect()  # type: ignore[no-untyped-call]
+
+#: The one index every claim reads (Queue, Priority DESC, ScheduledAtUtc, CreatedAtUtc; filtered
+#: Status = 0; Type included on SQL Server): each claim locks the keys of this index first, then the
+#: clustered rows it picked, so no two claimers hold locks on one row through different indexes.
+CLAIM_INDEX = "IX_JobsHot_Fetch"
+CLAIM_READ_HINT = f"WITH (INDEX([{CLAIM_INDEX}]), UPDLOCK, READPAST, ROWLOCK)"
 
 
 def mssql_type(col: ColumnElement[Any], *, collation: bool = True) -> str:
@@ -42,19 +48,37 @@ def mssql_type(col: ColumnElement[Any], *, collation: bool = True) -> str:
     return sqltype if collation else re.sub(r"\s+COLLATE\s+\S+", "", sqltype)
 
 
-def lease_rowset(id_col: ColumnElement[Any], name: str = "lease") -> Subquery:
+def lease_rowset(id_col: ColumnElement[Any], name: str = "lease", durations: bool = False) -> Subquery:
     """``(SELECT Id, Attempt FROM OPENJSON(?) WITH (...)) AS lease``: a worker's leases as one
-    typed rowset, bound as a JSON array of ``[id, attempt]`` pairs (see :func:`lease_json`)."""
+    typed rowset, bound as a JSON array of ``[id, attempt]`` pairs (see ``fence_params``).
+
+    ``durations``: a third column, ``DurationMs BIGINT '$[2]'``, each completed job's run time
+    beside its lease: OPENJSON parses the document once for the statement, where a lookup by id
+    (``JSON_VALUE(?, CONCAT('$."', Id, '"'))``) parsed all of it again for every row."""
     sqltype, collate = mssql_type_and_collation(_DIALECT, id_col.type)
+    extra = ", [DurationMs]" if durations else ""
+    extra_type = ", [DurationMs] BIGINT '$[2]'" if durations else ""
     # OPENJSON's WITH takes no COLLATE; the select list does (Msg 468 against a BIN2 key otherwise).
     sql = (
-        f"SELECT [Id]{collate} AS [Id], [Attempt] FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) "
-        f"WITH ([Id] {sqltype} '$[0]', [Attempt] INT '$[1]')"
+        f"SELECT [Id]{collate} AS [Id], [Attempt]{extra} FROM OPENJSON(CAST(:fence_leases AS NVARCHAR(max))) "
+        f"WITH ([Id] {sqltype} '$[0]', [Attempt] INT '$[1]'{extra_type})"
     )
+    columns = [column("Id", id_col.type), column("Attempt", Integer())]
+    if durations:
+        columns.append(column("DurationMs", BigInteger()))
+    return text(sql).bindparams(bindparam("fence_leases", type_=UnicodeText())).columns(*columns).subquery(name)
+
+
+def name_rowset(param: str, name_col: ColumnElement[Any], name: str = "ql") -> Subquery:
+    """``(SELECT CAST([value] AS <type>) COLLATE ... AS [Name] FROM OPENJSON(?)) AS ql``: a list of
+    names bound as one parameter (one statement text for any number of names), typed as
+    ``name_col`` so comparing it with that column is a seek."""
+    sqltype, collate = mssql_type_and_collation(_DIALECT, name_col.type)
+    sql = f"SELECT CAST([value] AS {sqltype}){collate} AS [Name] FROM OPENJSON(CAST(:{param} AS NVARCHAR(max)))"
     return (
         text(sql)
-        .bindparams(bindparam("fence_leases", type_=UnicodeText()))
-        .columns(column("Id", id_col.type), column("Attempt", Integer()))
+        .bindparams(bindparam(param, type_=ListParam(name_col.type)))
+        .columns(column("Name", name_col.type))
         .subquery(name)
     )
 
@@ -80,7 +104,7 @@ class CteUpdate(Executable, ClauseElement):
         select: Select[Any],
         sets: dict[str, ColumnElement[Any]],
         outputs: list[str],
-        pick: Select[Any] | None = None,
+        pick: ClauseElement | None = None,
     ) -> None:
         self.select = select
         self.set_names = list(sets)
@@ -89,12 +113,21 @@ class CteUpdate(Executable, ClauseElement):
         self.pick = pick
 
 
+def _nested(compiler: SQLCompiler, element: ClauseElement, **kw: Any) -> str:
+    """``element`` compiled as a part of the statement that returns no result columns of its own
+    (the compiler takes each SELECT it meets outside a statement for one that does)."""
+    saved = list(compiler._result_columns)
+    sql = str(compiler.process(element, **kw))
+    compiler._result_columns[:] = saved
+    return sql
+
+
 @compiles(CteUpdate, "mssql")
 def _cte_update(element: CteUpdate, compiler: SQLCompiler, **kw: Any) -> str:
     q = compiler.preparer.quote
     ctes = []
     if element.pick is not None:
-        ctes.append(f"pick AS \n({compiler.process(element.pick, **kw)})")
+        ctes.append(f"pick AS \n({_nested(compiler, element.pick, **kw)})")
     ctes.append(f"c AS \n({compiler.process(element.select, **kw)})")
     pairs = zip(element.set_names, element.set_values, strict=True)
     sets = ", ".join(f"{q(name)}={compiler.process(expr, **kw)}" for name, expr in pairs)
@@ -105,6 +138,45 @@ def _cte_update(element: CteUpdate, compiler: SQLCompiler, **kw: Any) -> str:
 @compiles(CteUpdate)
 def _cte_update_other(element: CteUpdate, compiler: SQLCompiler, **kw: Any) -> NoReturn:
     raise NotImplementedError("CteUpdate is SQL Server's claim shape")
+
+
+class ClaimPick(Executable, ClauseElement):
+    """``SELECT TOP (n) j.<columns> FROM (<queues>) AS q CROSS APPLY (<branch>) AS j ORDER BY <order>``.
+
+    ``queues``: a SELECT of one column, ``Name``: the queues to claim from. ``branch``: one queue's
+    due jobs, read from :data:`CLAIM_INDEX` in claim order (its ``Queue`` compared with ``q.[Name]``,
+    a seek). ``columns``: the branch's columns the pick returns; ``order``: its claim order.
+    """
+
+    _traverse_internals = [
+        ("queues", InternalTraversal.dp_clauseelement),
+        ("branch", InternalTraversal.dp_clauseelement),
+        ("columns", InternalTraversal.dp_string_list),
+        ("order", InternalTraversal.dp_string_list),
+        ("limit", InternalTraversal.dp_plain_obj),
+    ]
+
+    def __init__(self, queues: Select[Any], branch: Select[Any], columns: list[str], order: list[str], limit: int):
+        self.queues = queues
+        self.branch = branch
+        self.columns = columns
+        self.order = order
+        self.limit = limit
+
+
+@compiles(ClaimPick, "mssql")
+def _claim_pick(element: ClaimPick, compiler: SQLCompiler, **kw: Any) -> str:
+    q = compiler.preparer.quote
+    cols = ", ".join(f"j.{q(c)}" for c in element.columns)
+    order = ", ".join(f"j.{o}" for o in element.order)
+    queues = _nested(compiler, element.queues, **kw)
+    branch = _nested(compiler, element.branch, **kw)
+    return f"SELECT TOP {int(element.limit)} {cols}\nFROM ({queues}) AS q CROSS APPLY ({branch}) AS j\nORDER BY {order}"
+
+
+@compiles(ClaimPick)
+def _claim_pick_other(element: ClaimPick, compiler: SQLCompiler, **kw: Any) -> NoReturn:
+    raise NotImplementedError("ClaimPick is SQL Server's claim shape")
 
 
 class MoveBatch(Executable, ClauseElement):

@@ -14,6 +14,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain.breakers import CLOSED
 from chokaq.domain.states import FailureReason
+from chokaq.storage.dialects.sqlserver import MAX_ROWS_PER_STATEMENT
+from chokaq.storage.dialects.sqlserver_shapes import ClaimPick
 from chokaq.storage.schema import circuit_breakers, hot_record_columns, jobs_dlq, jobs_hot, queues
 from chokaq.storage.sqlfuncs import ListParam, claim_lock, in_list, row_lock, seconds, utc_offset, utcnow
 from chokaq.storage.statements.columns import Columns
@@ -116,13 +118,30 @@ def probe_ids_statement(limit: int, by_queue: bool) -> Select[Any]:
     return claim_lock(stmt.limit(limit), jobs_hot)
 
 
-@functools.lru_cache(maxsize=1)
-def probe_claim_statement() -> ReturningUpdate[Any]:
-    """Those jobs Pending -> Fetched for the probing worker (checked Pending again)."""
+@functools.lru_cache(maxsize=8)
+def mssql_probe_ids_statement(limit: int, by_queue: bool) -> ClaimPick:
+    """SQL Server's :func:`probe_ids_statement`: the claim's own read (the claim index, one queue
+    at a time, the same lock order: see statements/claim.py), for one type."""
+    from chokaq.storage.statements.claim import CLAIM_ORDER, mssql_due, mssql_queues
+
     hot = jobs_hot.c
+    # MaxWorkers does not hold a probe back (nor does it elsewhere): only a paused queue does.
+    queues_ = mssql_queues(by_queue, True, max(1, MAX_ROWS_PER_STATEMENT // limit), "probe_queues")
+    branch = mssql_due(limit, hot.Type == bindparam("breaker_type", type_=hot.Type.type))
+    return ClaimPick(queues_, branch, ["Id"], CLAIM_ORDER, limit)
+
+
+@functools.lru_cache(maxsize=2)
+def probe_claim_statement(by_key: bool = False) -> ReturningUpdate[Any]:
+    """Those jobs Pending -> Fetched for the probing worker (checked Pending again). ``by_key``:
+    ``Status + 0 = 0``, so the rows are found by primary key, never through a filtered index."""
+    hot = jobs_hot.c
+    pending = (
+        (hot.Status + literal_column("0")) == literal_column(str(PENDING)) if by_key else status_is(hot.Status, PENDING)
+    )
     return (
         update(jobs_hot)
-        .where(in_list(hot.Id, bindparam("probe_ids", type_=ListParam(hot.Id.type))), status_is(hot.Status, PENDING))
+        .where(in_list(hot.Id, bindparam("probe_ids", type_=ListParam(hot.Id.type))), pending)
         .values(
             Status=literal_column(str(FETCHED)),
             WorkerId=bindparam("claim_worker", type_=hot.WorkerId.type),

@@ -8,12 +8,18 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import bindparam, case, column, false, literal_column, or_, select, true, union_all, update
+from sqlalchemy import Select, bindparam, case, column, false, func, literal_column, or_, select, true, update
 from sqlalchemy.sql.dml import ReturningUpdate
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import table as sql_table
 
-from chokaq.storage.dialects.sqlserver_shapes import CteUpdate
+from chokaq.storage.dialects.sqlserver import MAX_ROWS_PER_STATEMENT
+from chokaq.storage.dialects.sqlserver_shapes import (
+    CLAIM_READ_HINT,
+    ClaimPick,
+    CteUpdate,
+    name_rowset,
+)
 from chokaq.storage.schema import hot_record_columns, jobs_hot, queues
 from chokaq.storage.sqlfuncs import MSSQL_CLAIM_HINT, ListParam, claim_lock, in_list, utcnow
 from chokaq.storage.statements.breakers import not_blocked
@@ -92,40 +98,92 @@ def claim_statement(
     return update(jobs_hot).where(jobs_hot.c.Id.in_(select(chosen.c.Id))).values(values).returning(*hot_record_columns)
 
 
-@functools.lru_cache(maxsize=256)
-def mssql_claim_statement(
-    queue_count: int, limited: bool, limit: int, start: bool = False, zombie_retry: bool = False, breaker: bool = False
-) -> CteUpdate:
-    """SQL Server's claim: ``WITH c AS (SELECT TOP (n) ... WITH (UPDLOCK, READPAST, ROWLOCK)) UPDATE c``.
+def mssql_queues(by_queue: bool, limited: bool, slots: int, param: str = "claim_queues") -> Select[Any]:
+    """The queues a SQL Server claim reads, at most ``slots`` of them: those named in the list
+    parameter ``param`` (``by_queue``), else every queue row; either way none that is paused, nor,
+    unless ``limited``, one with MaxWorkers (their own locked claim serves those).
 
-    The rows are locked once, by the read that chose them, through the index it walked; an UPDATE
-    of a second JobsHot reference would take its own key locks, and claimers reading different
-    indexes (by queue, all queues) could then deadlock on each other's rows.
+    A queue-level test, made once per queue: a paused or capped queue's jobs are never read. Every
+    job's queue has a row (enqueue creates it first: QueueCache.ensure). More queues than
+    ``slots``: a random ``slots`` of them this time, so that a claim's locks stay bounded (see
+    :func:`mssql_claim_statement`) and every queue still gets its turns."""
+    q = queues.c
+    if by_queue:
+        blocked = q.IsPaused == true() if limited else or_(q.IsPaused == true(), q.MaxWorkers.isnot(None))
+        names = name_rowset(param, q.Name)
+        chosen = select(names.c.Name).where(names.c.Name.not_in(select(q.Name).where(blocked)))
+    else:
+        chosen = select(q.Name).where(q.IsPaused == false(), *([] if limited else [q.MaxWorkers.is_(None)]))
+    return chosen.order_by(func.newid()).limit(slots)
 
-    ``queue_count`` > 1 (``--queues a,b``): one TOP (n) per queue, each walking IX_JobsHot_Fetch
-    (Queue, Priority DESC, ScheduledAtUtc, CreatedAtUtc) in order, then TOP (n) over their union.
-    ``Queue IN (a, b)`` cannot be read in that order: SQL Server would sort, and lock, every due
-    row of those queues. Queues are bound one parameter each (``claim_queue_<i>``).
-    """
+
+def mssql_due(limit: int, *extra: ColumnElement[bool]) -> Select[Any]:
+    """One queue's due jobs (the queue ``q.[Name]`` of the enclosing CROSS APPLY), read from the
+    claim index in its order: Queue is its first key (a seek), Status = 0 its filter, Priority,
+    ScheduledAtUtc and CreatedAtUtc its other keys, Type an included column, Id the row locator.
+    Nothing in this read needs the clustered row, so it locks only the claim index's keys."""
     hot = jobs_hot.c
-    blocked = queues.c.IsPaused == true()
-    if not limited:
-        blocked = or_(blocked, queues.c.MaxWorkers.isnot(None))
-    order = (hot.Priority.desc(), hot.ScheduledAtUtc, hot.CreatedAtUtc)
-
-    def due(*extra: ColumnElement[bool]) -> list[ColumnElement[bool]]:
-        return [
+    return (
+        select(hot.Id, hot.Priority, hot.ScheduledAtUtc, hot.CreatedAtUtc)
+        .where(
+            hot.Queue == literal_column("q.[Name]", hot.Queue.type),
             status_is(hot.Status, PENDING),
             hot.ScheduledAtUtc <= utcnow(),
-            ~in_list(hot.Id, bindparam("claim_skip", type_=ListParam(hot.Id.type))),
             *extra,
-            hot.Queue.not_in(select(queues.c.Name).where(blocked)),
-            *([not_blocked(hot.Type)] if breaker else []),
-        ]
+        )
+        .order_by(hot.Priority.desc(), hot.ScheduledAtUtc, hot.CreatedAtUtc)
+        .limit(limit)
+        .with_hint(jobs_hot, CLAIM_READ_HINT, "mssql")
+    )
 
-    def queue(i: int) -> ColumnElement[bool]:
-        return hot.Queue == bindparam(f"claim_queue_{i}", type_=hot.Queue.type)
 
+CLAIM_ORDER = ["[Priority] DESC", "[ScheduledAtUtc]", "[CreatedAtUtc]"]
+
+
+@functools.lru_cache(maxsize=256)
+def mssql_claim_statement(
+    by_queue: bool,
+    limited: bool,
+    limit: int,
+    start: bool = False,
+    zombie_retry: bool = False,
+    breaker: bool = False,
+    slots: int | None = None,
+) -> CteUpdate:
+    """SQL Server's claim, one shape for every claim (all queues, ``--queues``, one queue, a
+    MaxWorkers queue's locked claim)::
+
+        WITH pick AS (SELECT TOP (n) j.Id FROM (<queues>) AS q
+                      CROSS APPLY (SELECT TOP (n) ... FROM JobsHot WITH (INDEX(IX_JobsHot_Fetch),
+                                   UPDLOCK, READPAST, ROWLOCK) WHERE Queue = q.Name ...) AS j
+                      ORDER BY Priority DESC, ScheduledAtUtc, CreatedAtUtc),
+             c AS (SELECT ... FROM JobsHot WITH (UPDLOCK, READPAST, ROWLOCK) WHERE Id IN (pick))
+        UPDATE c SET ... OUTPUT inserted....
+
+    Lock order, the same in every claim: U locks on claim-index keys (each queue's range, in the
+    index's order), then U locks on the picked clustered rows, then X on those rows and on their
+    index keys. A claimer never reads a second index with locks, so it never holds a lock on a row
+    through one index while another claimer holds that row through another (the 1205 cycle two
+    indexes made); READPAST on both reads skips a row that any other session holds.
+
+    Locks per statement: at most ``limit`` keys per queue read, for at most ``slots`` queues
+    (default: as many as keep ``slots x limit`` within MAX_ROWS_PER_STATEMENT), and ``limit``
+    clustered rows; the profile keeps ``limit`` within it too.
+    """
+    hot = jobs_hot.c
+    extra = [~in_list(hot.Id, bindparam("claim_skip", type_=ListParam(hot.Id.type)))]
+    if breaker:
+        extra.append(not_blocked(hot.Type))
+    slots = slots or max(1, MAX_ROWS_PER_STATEMENT // max(1, limit))
+    pick = ClaimPick(mssql_queues(by_queue, limited, slots), mssql_due(limit, *extra), ["Id"], CLAIM_ORDER, limit)
+    picked = sql_table("pick", column("Id", jobs_hot.c.Id.type))
+    # c re-reads the picked rows by primary key with the same skip-and-lock hints: a row another
+    # session holds (an operator's change) is skipped this time, never waited for.
+    chosen = (
+        select(*hot_record_columns)
+        .where(hot.Id.in_(select(picked.c.Id)))
+        .with_hint(jobs_hot, MSSQL_CLAIM_HINT, "mssql")
+    )
     cte = sql_table("c", *(column(col.name, col.type) for col in hot_record_columns))
     values: dict[str, ColumnElement[Any]] = {
         "Status": literal_column(str(FETCHED)),
@@ -134,26 +192,4 @@ def mssql_claim_statement(
     }
     if start:
         values.update(started_values(zombie_retry, cte.c))
-    outputs = [col.name for col in hot_record_columns]
-    if queue_count <= 1:
-        chosen = select(*hot_record_columns).where(*due(*([queue(0)] if queue_count else [])))
-        chosen = chosen.order_by(*order).limit(limit).with_hint(jobs_hot, MSSQL_CLAIM_HINT, "mssql")
-        return CteUpdate(chosen, values, outputs)
-    branches = []
-    for i in range(queue_count):
-        branch = (
-            select(hot.Id, hot.Priority, hot.ScheduledAtUtc, hot.CreatedAtUtc)
-            .where(*due(queue(i)))
-            .order_by(*order)
-            .limit(limit)
-            .with_hint(jobs_hot, MSSQL_CLAIM_HINT, "mssql")
-            .subquery(f"q{i}")
-        )
-        branches.append(select(*branch.c))
-    every = union_all(*branches).subquery("u")
-    pick = select(every.c.Id).order_by(every.c.Priority.desc(), every.c.ScheduledAtUtc, every.c.CreatedAtUtc)
-    picked = sql_table("pick", column("Id", jobs_hot.c.Id.type))
-    # The branches hold the U locks (READPAST skipped rows other claimers hold); c re-reads the
-    # picked rows by primary key.
-    chosen = select(*hot_record_columns).where(hot.Id.in_(select(picked.c.Id)))
-    return CteUpdate(chosen, values, outputs, pick=pick.limit(limit))
+    return CteUpdate(chosen, values, [col.name for col in hot_record_columns], pick=pick)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import functools
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import and_, bindparam, literal_column, or_
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.selectable import Subquery
 
 from chokaq.domain.models import Lease
 from chokaq.storage.dialects import profile_of
@@ -18,15 +19,23 @@ from chokaq.storage.schema import jobs_hot
 from chokaq.storage.sqlfuncs import ListParam, in_list
 
 
+@functools.lru_cache(maxsize=2)
+def lease(durations: bool = False) -> Subquery:
+    """SQL Server's lease rowset (one object per shape, so a statement's columns and its fence
+    name the same ``lease``); ``durations``: with each completed job's DurationMs."""
+    return lease_rowset(jobs_hot.c.Id, durations=durations)
+
+
 @functools.lru_cache(maxsize=32)
-def fence(groups: int, status: int) -> ColumnElement[bool]:
+def fence(groups: int, status: int, durations: bool = False) -> ColumnElement[bool]:
     """JobsHot rows in ``status`` that a worker still owns at exactly the attempt each of its
     leases names.
 
     Bound by :func:`fence_params`. Leases are grouped by attempt number, so there is one
     statement per count of distinct attempts (nearly always one), not one per batch size.
     ``groups == 0`` is SQL Server's form: a join with one ``OPENJSON ... WITH (Id, Attempt)``
-    rowset of all the leases, a primary-key seek per lease (an OR of IN-groups may be a scan).
+    rowset of all the leases, a primary-key seek per lease (an OR of IN-groups may be a scan);
+    ``durations``: that rowset carries each job's DurationMs too (a completion's).
     """
     if groups < 0:
         raise ValueError("a fence needs at least one lease")
@@ -39,8 +48,8 @@ def fence(groups: int, status: int) -> ColumnElement[bool]:
         hot.WorkerId == bindparam("fence_worker", type_=hot.WorkerId.type),
     )
     if groups == 0:
-        lease = lease_rowset(hot.Id)
-        return and_(hot.Id == lease.c.Id, hot.AttemptCount == lease.c.Attempt, owned)
+        rowset = lease(durations)
+        return and_(hot.Id == rowset.c.Id, hot.AttemptCount == rowset.c.Attempt, owned)
     return and_(
         owned,
         or_(
@@ -55,9 +64,14 @@ def fence(groups: int, status: int) -> ColumnElement[bool]:
     )
 
 
-def fence_params(worker_id: str, leases: Iterable[Lease], dialect: str = "") -> tuple[int, dict[str, Any]]:
+def fence_params(
+    worker_id: str, leases: Iterable[Lease], dialect: str = "", durations: Mapping[str, int] | None = None
+) -> tuple[int, dict[str, Any]]:
     """``(groups, parameters)`` for :func:`fence` on ``dialect`` (a name; none: id lists), whose
-    profile says whether leases travel as one rowset (``groups == 0``) or as id lists per attempt."""
+    profile says whether leases travel as one rowset (``groups == 0``) or as id lists per attempt.
+
+    ``durations`` (a completion's, by job id): the third member of each lease in the rowset, or
+    else the JSON object ``durations`` that the statement looks each job up in."""
     by_attempt: dict[int, list[str]] = defaultdict(list)
     for lease in leases:
         if lease.worker_id != worker_id:
@@ -67,8 +81,14 @@ def fence_params(worker_id: str, leases: Iterable[Lease], dialect: str = "") -> 
     if dialect and profile_of(dialect).lease_rowset:
         # One pair per job (a job named twice would be copied twice by a join).
         pairs = {job_id: attempt for attempt, ids in by_attempt.items() for job_id in ids}
-        params["fence_leases"] = json.dumps([[job_id, attempt] for job_id, attempt in pairs.items()])
+        if durations is None:
+            params["fence_leases"] = json.dumps([[job_id, attempt] for job_id, attempt in pairs.items()])
+        else:
+            rows = [[job_id, attempt, durations.get(job_id)] for job_id, attempt in pairs.items()]
+            params["fence_leases"] = json.dumps(rows)
         return 0, params
+    if durations is not None:
+        params["durations"] = json.dumps(dict(durations))
     for i, (attempt, ids) in enumerate(by_attempt.items()):
         params[f"fence_attempt_{i}"] = attempt
         params[f"fence_ids_{i}"] = ids

@@ -32,7 +32,7 @@ from chokaq.storage.schema import jobs_archive, jobs_dlq, jobs_hot, stats_summar
 from chokaq.storage.sqlfuncs import lookup_int, row_lock, utcnow
 from chokaq.storage.statements.columns import Columns
 from chokaq.storage.statements.counters import FAILED, SUCCEEDED, StatsCounter
-from chokaq.storage.statements.fence import fence
+from chokaq.storage.statements.fence import fence, lease
 from chokaq.storage.statements.leases import notes_values
 from chokaq.storage.statements.status import PROCESSING
 
@@ -107,13 +107,15 @@ def complete_statements(groups: int, logs: bool = False, progress: bool = False)
     with ``logs`` / ``progress`` the new values in ``job_logs`` / ``job_progress`` of jobs that have any."""
 
     def values(columns: Columns) -> dict[str, ColumnElement[Any]]:
-        return {
-            "FinishedAtUtc": utcnow(),
-            "DurationMs": lookup_int(columns.Id, bindparam("durations", type_=UnicodeText())),
-            **notes_values(columns, logs, progress, many=True),
-        }
+        # SQL Server (groups 0): a column of the lease rowset; elsewhere a lookup in one JSON object.
+        duration = (
+            lease(True).c.DurationMs
+            if groups == 0
+            else lookup_int(columns.Id, bindparam("durations", type_=UnicodeText()))
+        )
+        return {"FinishedAtUtc": utcnow(), "DurationMs": duration, **notes_values(columns, logs, progress, many=True)}
 
-    return move_statements(jobs_hot, fence(groups, PROCESSING), jobs_archive, values, SUCCEEDED)
+    return move_statements(jobs_hot, fence(groups, PROCESSING, groups == 0), jobs_archive, values, SUCCEEDED)
 
 
 @functools.lru_cache(maxsize=32)
