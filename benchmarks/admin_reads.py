@@ -17,6 +17,7 @@ after one warm-up call. They are not assertions: the machine this runs on is sha
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -55,6 +56,10 @@ READS: list[tuple[str, str]] = [
     ("GET /api/dlq?search= (whole id, lower case)", "/api/dlq?search={dead_id_lower}"),
     ("GET /api/dlq/{id} (inspector)", "/api/dlq/{dead_id}"),
     ("GET /api/jobs (Pending page)", "/api/jobs?page_size=100"),
+    ("GET /api/jobs?queue= (Pending)", "/api/jobs?queue=q3"),
+    ("GET /api/jobs?type= (Pending)", "/api/jobs?type=type_7"),
+    ("GET /api/jobs?search= (Pending)", "/api/jobs?search=PEND0000000000000000042"),
+    ("GET /api/jobs?location=archive", "/api/jobs?location=archive"),
     ("GET /api/stats/history?window=1h", "/api/stats/history?window=1h"),
     ("GET /api/audit", "/api/audit"),
 ]
@@ -156,7 +161,8 @@ def run(db: str, dead: int, pending: int, calls: int, tmp: Path) -> dict[str, tu
         app = ChokaQ(storage_url=url, admin={"tokens": {TOKEN: {"name": "bench@example.com", "role": "admin"}}})
         app.storage.upgrade()
         took = seed(url, dead, pending)
-        print(f"# {db}: seeded {dead:,} dead + {pending:,} pending in {took:.1f} s", file=sys.stderr)
+        load = os.getloadavg()[0]
+        print(f"# {db}: seeded {dead:,} dead + {pending:,} pending in {took:.1f} s (load {load:.1f})", file=sys.stderr)
         results: dict[str, tuple[float, float]] = {}
         with app.storage.engine.connect() as c:
             dead_id = c.execute(select(func.min(jobs_dlq.c.Id))).scalar_one()
@@ -178,6 +184,7 @@ def run(db: str, dead: int, pending: int, calls: int, tmp: Path) -> dict[str, tu
             xs = time_calls(recount.read, calls)
             results["full recount (due at most every 60 s)"] = (statistics.median(xs), pct(xs, 0.95))
         app.close()
+        print(f"# {db}: {dead:,} dead + {pending:,} pending read, load {os.getloadavg()[0]:.1f}", file=sys.stderr)
         return results
     finally:
         drop()
