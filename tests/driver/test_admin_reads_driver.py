@@ -52,13 +52,33 @@ def test_a_large_dlq_is_counted_once_then_reused(mssql: Storage, recorder: Recor
 def test_the_dlq_search_falls_back_to_like_on_sql_server(mssql: Storage, recorder: Recorder) -> None:
     recorder.answer(r"^SELECT count\(\*\)", [(0,)])
     AdminStore(mssql).list_jobs(Location.DLQ, JobFilter(search="Upstream 421"))
-    count, page = one_transaction(recorder)
+    page, count = one_transaction(recorder)
     assert "lower(chokaq.[JobsDLQ].[ErrorDetails]) LIKE ? ESCAPE '/'" in count.sql
     assert count.params[0][:4] == ("%upstream 421%",) * 4
     # Id is an ASCII key (VARCHAR); the error text is NVARCHAR: its pattern must be sent as one, or
     # a needle in another script reaches the server as question marks.
     assert [size[0] for size in count.inputsizes or []][:4] == [SQL_VARCHAR, SQL_WVARCHAR, SQL_WVARCHAR, SQL_WVARCHAR]
     assert page.sql.startswith("SELECT chokaq.[JobsDLQ].[Id]")
+
+
+def test_a_list_page_counts_at_most_the_cap_plus_one_matches(mssql: Storage, recorder: Recorder) -> None:
+    """The page's rows first, then a count over TOP cap + 1 of the matches (served by the filter's
+    index, never the whole table); more than the cap: the total is a lower bound."""
+    recorder.answer(r"^SELECT count\(\*\) AS count_1 \nFROM \(SELECT TOP 51 ", [(51,)])
+    p = AdminStore(mssql, count_cap=50).list_jobs(Location.DLQ, JobFilter(queue="Emails"), page_size=10)
+    assert (p.total, p.total_is_lower_bound) == (50, True)
+    page, count = one_transaction(recorder)
+    assert page.sql.startswith("SELECT chokaq.[JobsDLQ].[Id]") and "OFFSET ? ROWS" in page.sql
+    assert count.sql == (
+        "SELECT count(*) AS count_1 \nFROM (SELECT TOP 51 chokaq.[JobsDLQ].[Id] AS [Id] \n"
+        "FROM chokaq.[JobsDLQ] \nWHERE chokaq.[JobsDLQ].[Queue] = ?) AS anon_1"
+    )
+    assert count.params == [("Emails",)]
+    # Asked for in full (the archive purge's confirmation): a plain count.
+    recorder.clear()
+    recorder.answer(r"^SELECT count\(\*\)", [(7,)])
+    assert AdminStore(mssql, count_cap=50).list_jobs(Location.DLQ, JobFilter(), exact_total=True).total == 7
+    assert not any("TOP 51" in c.sql for c in recorder.statements)
 
 
 def test_the_recent_rates_bound_is_a_value_from_the_database_clock(mssql: Storage, recorder: Recorder) -> None:
