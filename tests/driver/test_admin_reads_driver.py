@@ -11,6 +11,7 @@ from chokaq.storage import Storage
 from chokaq.storage.admin import AdminStore
 from chokaq.storage.admin_types import JobFilter
 from chokaq.storage.figures_cache import FiguresCache
+from chokaq.storage.migrations import MIGRATIONS
 from tests.driver.recording import Recorder
 from tests.driver.test_contract_captures import SQL_VARCHAR, SQL_WVARCHAR, one_transaction
 
@@ -94,3 +95,16 @@ def test_the_recent_rates_bound_is_a_value_from_the_database_clock(mssql: Storag
     assert [c.params for c in counts[:2]] == [[(datetime(2025, 12, 31, 23, 59),)]] * 2
     # A value, typed by pyodbc from the Python datetime (no describe round trip): an index seek.
     assert all(c.describes == 0 for c in counts)
+
+
+def test_migration_14_creates_the_dlq_reason_index(mssql: Storage, recorder: Recorder) -> None:
+    recorder.answer(r"PARSENAME\(CAST\(SERVERPROPERTY", [(16, 3, 160, "chokaq")], ["v", "e", "l", "d"])
+    recorder.answer(r"sp_getapplock", [(0,)])
+    recorder.answer(r"INFORMATION_SCHEMA", [("SchemaMigrations",)], ["TABLE_NAME"])
+    recorder.answer(r"FROM chokaq\.\[SchemaMigrations\]", [(v,) for v, _, _ in MIGRATIONS if v != 14], ["Version"])
+    assert mssql.upgrade() == [14]
+    stmts = one_transaction(recorder)
+    indexes = [c.sql.strip() for c in stmts if "CREATE INDEX" in c.sql]
+    assert indexes == ["CREATE INDEX [IX_JobsDLQ_Reason] ON chokaq.[JobsDLQ] ([FailureReason], [FailedAtUtc], [Id])"]
+    (record,) = [c for c in stmts if c.sql.startswith("INSERT INTO chokaq.[SchemaMigrations]")]
+    assert record.params[0][:2] == (14, "IX_JobsDLQ_Reason (the DLQ filtered by failure reason)")

@@ -77,3 +77,44 @@ def test_the_api_and_the_audit_say_when_the_total_is_a_lower_bound(db_url: str) 
             assert get("/api/audit", page_size=100)["total"] == 6
     finally:
         app.close()
+
+
+def test_a_reason_filter_is_served_by_its_index(pg_url: str) -> None:
+    """Filtered by failure reason alone, the page and its capped count read IX_JobsDLQ_Reason
+    (migration 14): before it, a rare reason's page walked the whole DLQ in failure order."""
+    from sqlalchemy import event, text
+
+    from chokaq.domain.states import FailureReason
+    from chokaq.storage import Storage
+
+    storage = Storage(pg_url)
+    storage.upgrade()
+    make_dead(storage, 3, reason=FailureReason.TIMEOUT)
+    sent: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool) -> None:
+        sent.append((statement, params))
+
+    event.listen(storage.engine, "before_cursor_execute", record)
+    try:
+        page = AdminStore(storage, count_cap=2).list_jobs(
+            Location.DLQ, JobFilter(failure_reason=FailureReason.TIMEOUT), page_size=2
+        )
+    finally:
+        event.remove(storage.engine, "before_cursor_execute", record)
+    assert (page.total, page.total_is_lower_bound) == (2, True)
+    reads = [(s, p) for s, p in sent if '"FailureReason" =' in s]
+    assert len(reads) == 2
+    try:
+        with storage.engine.connect() as c:
+            c.execute(text("SET enable_seqscan = off"))  # three rows: ask whether an index *can* serve it
+            raw = c.connection.driver_connection
+            assert raw is not None
+            for statement, params in reads:
+                cur = raw.cursor()
+                cur.execute("EXPLAIN " + statement, params)
+                plan = "\n".join(r[0] for r in cur.fetchall())
+                bounded = [line for line in plan.splitlines() if "Index Cond" in line]
+                assert any('"FailureReason" =' in line for line in bounded), plan
+    finally:
+        storage.close()
