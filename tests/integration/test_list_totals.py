@@ -114,7 +114,7 @@ def test_a_reason_filter_is_served_by_its_index(pg_url: str) -> None:
                 cur = raw.cursor()
                 cur.execute("EXPLAIN " + statement, params)
                 plan = "\n".join(r[0] for r in cur.fetchall())
-                bounded = [line for line in plan.splitlines() if "Index Cond" in line]
-                assert any('"FailureReason" =' in line for line in bounded), plan
+                # Not IX_JobsDLQ_QueueReason: led by the queue, it is read in full for a reason alone.
+                assert 'using "IX_JobsDLQ_Reason"' in plan, plan
     finally:
         storage.close()
