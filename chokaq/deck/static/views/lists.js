@@ -10,8 +10,11 @@ import { bulkConfirm } from "./bulk.js";
 export const LISTS = {
   hot: {
     title: "Hot jobs", endpoint: "/api/jobs", base: { location: "hot" },
-    sorts: [["created", "Created"], ["scheduled", "Scheduled"], ["priority", "Priority"], ["queue", "Queue"],
-      ["type", "Type"], ["status", "Status"], ["attempts", "Attempts"]],
+    // Newest first by id, not by creation time: ids are ULIDs, which begin with their enqueue time,
+    // and the primary key serves that order; no index of JobsHot serves Created, so at a million
+    // Pending jobs a page sorted by it sorts them all (docs/admin-figures.md).
+    sorts: [["id", "Newest (id)"], ["created", "Created"], ["scheduled", "Scheduled"], ["priority", "Priority"],
+      ["queue", "Queue"], ["type", "Type"], ["status", "Status"], ["attempts", "Attempts"]],
     filters: ["queue", "type", "status", "tag", "from", "to", "search"],
     timeLabel: "created",
     columns: [
