@@ -9,14 +9,17 @@ time per minute at the default 2 s interval.
 
     .venv/bin/python benchmarks/admin_reads.py --db postgresql --dead 1000,100000 --pending 100000
     .venv/bin/python benchmarks/admin_reads.py --db sqlite --dead 1000,100000
+    .venv/bin/python benchmarks/admin_reads.py --db postgresql --setups 1000:100,1000000:100000,1000:1000000
 
 Timings are wall-clock milliseconds at the client, p50 and p95 (nearest rank) of ``--calls`` calls
-after one warm-up call. They are not assertions: the machine this runs on is shared and noisy.
+after one warm-up call, the setups' calls interleaved. They are not assertions: the machine this runs
+on is shared and noisy.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -55,6 +58,14 @@ READS: list[tuple[str, str]] = [
     ("GET /api/dlq?search= (whole id, lower case)", "/api/dlq?search={dead_id_lower}"),
     ("GET /api/dlq/{id} (inspector)", "/api/dlq/{dead_id}"),
     ("GET /api/jobs (Pending page)", "/api/jobs?page_size=100"),
+    ("GET /api/jobs?sort=id (the Deck's hot list)", "/api/jobs?sort=id&page_size=100"),
+    ("GET /api/jobs?sort=id&queue= (Deck)", "/api/jobs?sort=id&queue=q3"),
+    ("GET /api/jobs?sort=id&type= (Deck)", "/api/jobs?sort=id&type=type_7"),
+    ("GET /api/jobs?sort=id&status=Pending (Deck)", "/api/jobs?sort=id&status=Pending"),
+    ("GET /api/jobs?queue= (Pending)", "/api/jobs?queue=q3"),
+    ("GET /api/jobs?type= (Pending)", "/api/jobs?type=type_7"),
+    ("GET /api/jobs?search= (Pending)", "/api/jobs?search=PEND0000000000000000042"),
+    ("GET /api/jobs?location=archive", "/api/jobs?location=archive"),
     ("GET /api/stats/history?window=1h", "/api/stats/history?window=1h"),
     ("GET /api/audit", "/api/audit"),
 ]
@@ -140,47 +151,79 @@ def pct(xs: list[float], p: float) -> float:
     return s[min(len(s) - 1, max(0, round(p * len(s) + 0.5) - 1))]
 
 
-def time_calls(fn: Callable[[], Any], calls: int) -> list[float]:
-    fn()  # warm-up: connections, caches
-    out = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1000
 
 
-def run(db: str, dead: int, pending: int, calls: int, tmp: Path) -> dict[str, tuple[float, float]]:
-    url, drop = make_database(db, tmp)
+Setup = tuple[int, int]  # (dead, pending)
+
+
+class Target:
+    """One seeded database with the API over it, kept open while every setup is timed."""
+
+    def __init__(self, db: str, dead: int, pending: int, tmp: Path) -> None:
+        self.url, self.drop = make_database(db, tmp)
+        self.app = ChokaQ(
+            storage_url=self.url, admin={"tokens": {TOKEN: {"name": "bench@example.com", "role": "admin"}}}
+        )
+        self.app.storage.upgrade()
+        took = seed(self.url, dead, pending)
+        load = os.getloadavg()[0]
+        print(f"# {db}: seeded {dead:,} dead + {pending:,} pending in {took:.1f} s (load {load:.1f})", file=sys.stderr)
+        with self.app.storage.engine.connect() as c:
+            self.dead_id = c.execute(select(func.min(jobs_dlq.c.Id))).scalar_one()
+        self.client = TestClient(create_api(self.app))
+        self.client.__enter__()
+
+    def calls(self) -> dict[str, Callable[[], Any]]:
+        out: dict[str, Callable[[], Any]] = {}
+        for label, path in READS:
+
+            def call(path: str = path.format(dead_id=self.dead_id, dead_id_lower=self.dead_id.lower())) -> None:
+                r = self.client.get(path, headers=HEADERS)
+                if r.status_code != 200:
+                    raise SystemExit(f"{path}: {r.status_code} {r.text[:200]}")
+
+            out[label] = call
+        out["stream tick (stats snapshot)"] = lambda: stats_snapshot(self.client.app.state.figures)  # type: ignore[attr-defined]
+        # What a large table's full count costs when it falls due (at most once a minute).
+        # (A duty this large makes every read due: each call counts both tables in full.)
+        recount = FiguresCache(self.app.storage, exact_limit=0, max_age=1e-9, duty=1e12)
+        out["full recount (due at most every 60 s)"] = recount.read
+        return out
+
+    def close(self) -> None:
+        self.client.__exit__(None, None, None)
+        self.app.close()
+        self.drop()
+
+
+def run(db: str, setups: list[Setup], calls: int, tmp: Path) -> dict[Setup, dict[str, tuple[float, float]]]:
+    """Every setup seeded first, then each read timed in rounds that visit every setup in turn:
+    on a shared machine the load drifts over minutes, and interleaving puts the same drift into
+    every column of a row."""
+    targets: list[Target] = []
     try:
-        app = ChokaQ(storage_url=url, admin={"tokens": {TOKEN: {"name": "bench@example.com", "role": "admin"}}})
-        app.storage.upgrade()
-        took = seed(url, dead, pending)
-        print(f"# {db}: seeded {dead:,} dead + {pending:,} pending in {took:.1f} s", file=sys.stderr)
-        results: dict[str, tuple[float, float]] = {}
-        with app.storage.engine.connect() as c:
-            dead_id = c.execute(select(func.min(jobs_dlq.c.Id))).scalar_one()
-        with TestClient(create_api(app)) as client:
-            for label, path in READS:
-
-                def call(path: str = path.format(dead_id=dead_id, dead_id_lower=dead_id.lower())) -> None:
-                    r = client.get(path, headers=HEADERS)
-                    if r.status_code != 200:
-                        raise SystemExit(f"{path}: {r.status_code} {r.text[:200]}")
-
-                xs = time_calls(call, calls)
-                results[label] = (statistics.median(xs), pct(xs, 0.95))
-            xs = time_calls(lambda: stats_snapshot(client.app.state.figures), calls)  # type: ignore[attr-defined]
-            results["stream tick (stats snapshot)"] = (statistics.median(xs), pct(xs, 0.95))
-            # What a large table's full count costs when it falls due (at most once a minute).
-            # (A duty this large makes every read due: each call counts both tables in full.)
-            recount = FiguresCache(app.storage, exact_limit=0, max_age=1e-9, duty=1e12)
-            xs = time_calls(recount.read, calls)
-            results["full recount (due at most every 60 s)"] = (statistics.median(xs), pct(xs, 0.95))
-        app.close()
+        for dead, pending in setups:
+            targets.append(Target(db, dead, pending, tmp))
+        fns = [t.calls() for t in targets]
+        results: dict[Setup, dict[str, tuple[float, float]]] = {s: {} for s in setups}
+        for label in fns[0]:
+            for f in fns:
+                f[label]()  # warm-up: connections, caches
+            xs: list[list[float]] = [[] for _ in setups]
+            for _ in range(calls):
+                for i, f in enumerate(fns):
+                    xs[i].append(timed(f[label]))
+            for i, setup in enumerate(setups):
+                results[setup][label] = (statistics.median(xs[i]), pct(xs[i], 0.95))
+            print(f"# {label}: load {os.getloadavg()[0]:.1f}", file=sys.stderr)
         return results
     finally:
-        drop()
+        for t in targets:
+            t.close()
 
 
 def main() -> None:
@@ -188,31 +231,39 @@ def main() -> None:
     ap.add_argument("--db", choices=["postgresql", "sqlite"], default="sqlite")
     ap.add_argument("--dead", default="1000,100000", help="comma-separated DLQ sizes")
     ap.add_argument("--pending", type=int, default=None, help="Pending jobs (default: a tenth of the DLQ)")
+    ap.add_argument(
+        "--setups", default=None, help="comma-separated dead:pending pairs instead of --dead/--pending (1000:100,...)"
+    )
     ap.add_argument("--calls", type=int, default=9)
     args = ap.parse_args()
-    sizes = [int(s.replace("_", "")) for s in args.dead.split(",")]
-    table: dict[int, dict[str, tuple[float, float]]] = {}
+    if args.setups:
+        setups = [(int(a), int(b)) for a, b in (p.replace("_", "").split(":") for p in args.setups.split(","))]
+    else:
+        sizes = [int(s.replace("_", "")) for s in args.dead.split(",")]
+        setups = [(n, args.pending if args.pending is not None else n // 10) for n in sizes]
+    print(f"# load before: {os.getloadavg()[0]:.1f}", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
-        for n in sizes:
-            pending = args.pending if args.pending is not None else n // 10
-            table[n] = run(args.db, n, pending, args.calls, Path(tmp))
+        table = run(args.db, setups, args.calls, Path(tmp))
     labels = list(next(iter(table.values())))
-    head = " | ".join(f"{n:,} dead p50 / p95 ms" for n in sizes)
-    print(f"\n{args.db}, {args.calls} calls each\n\n| read | {head} | p50 growth |")
-    print("|---|" + "---|" * (len(sizes) + 1))
+    head = " | ".join(f"{d:,} dead + {p:,} pending p50 / p95 ms" for d, p in setups)
+    growth = " | ".join(f"p50 x ({d:,}/{p:,})" for d, p in setups[1:])
+    print(f"\n{args.db}, {args.calls} interleaved calls each\n\n| read | {head} | {growth} |")
+    print("|---|" + "---|" * (2 * len(setups) - 1))
+    base = setups[0]
     for label in labels:
-        cells = " | ".join(f"{table[n][label][0]:.1f} / {table[n][label][1]:.1f}" for n in sizes)
-        growth = table[sizes[-1]][label][0] / max(table[sizes[0]][label][0], 1e-9)
-        print(f"| {label} | {cells} | {growth:.1f}x |")
+        cells = " | ".join(f"{table[s][label][0]:.1f} / {table[s][label][1]:.1f}" for s in setups)
+        ratios = " | ".join(f"{table[s][label][0] / max(table[base][label][0], 1e-9):.1f}x" for s in setups[1:])
+        print(f"| {label} | {cells} | {ratios} |")
 
-    def per_minute(n: int) -> float:
+    def per_minute(s: Setup) -> float:
         """Ticks every 2 s plus the full recounts that fall due (every 60 s, or 50x their cost)."""
-        tick = table[n]["stream tick (stats snapshot)"][0] / 1000
-        full = table[n]["full recount (due at most every 60 s)"][0] / 1000
+        tick = table[s]["stream tick (stats snapshot)"][0] / 1000
+        full = table[s]["full recount (due at most every 60 s)"][0] / 1000
         return 30 * tick + full * 60 / max(60.0, 50 * full)
 
-    per_min = ", ".join(f"{n:,}: {per_minute(n):.2f} s/min" for n in sizes)
+    per_min = ", ".join(f"{d:,}/{p:,}: {per_minute((d, p)):.2f} s/min" for d, p in setups)
     print(f"\nstream: database + client time per minute at one tick per 2 s (upper bound): {per_min}")
+    print(f"# load after: {os.getloadavg()[0]:.1f}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -365,7 +365,7 @@ def dlq_size(args: Any, size: int, explain_it: bool) -> tuple[list[list[str]], l
     admin = AdminStore(app.storage)
     counter = StatementCounter().attach(app.storage.engine)
     filt = JobFilter(queue="q3", failure_reason=FailureReason.MAX_RETRIES_EXCEEDED)
-    matched = admin.list_jobs(Location.DLQ, filt, page=1, page_size=100).total
+    matched = admin.list_jobs(Location.DLQ, filt, page=1, page_size=100, exact_total=True).total  # for the last page
     last_page = max(1, math.ceil(matched / 100))
     deep = max(1, math.ceil(size / 100) // 2)
     everything = JobFilter()

@@ -235,7 +235,7 @@ class AdminSettings(BaseModel):
         le=10_000_000,
         description="Admin.ExactCountLimit: JobsHot and JobsDLQ up to this many rows are counted on every "
         "stats read; a larger table is counted at most every Admin.LargeCountMaxAge seconds and shown with "
-        "its age (docs/admin-figures.md)",
+        "its age; a list page's total is exact up to this many matches, then a lower bound (docs/admin-figures.md)",
     )
     large_count_max_age: float = Field(
         default=60.0,

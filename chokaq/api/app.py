@@ -140,7 +140,7 @@ def create_api(chokaq_app: ChokaQ, *, dev_open: bool = False, allowed_hosts: Seq
     hosts = [*(allowed_hosts or ()), *chokaq_app.settings.admin.allowed_hosts]
     api.add_middleware(RequestGate, authenticator=authenticator, allowed_hosts=hosts or None)
     api.state.chokaq = chokaq_app
-    api.state.admin_store = AdminStore(chokaq_app.storage)
+    api.state.admin_store = AdminStore(chokaq_app.storage, count_cap=chokaq_app.settings.admin.exact_count_limit)
     admin = chokaq_app.settings.admin
     api.state.figures = FiguresCache(
         chokaq_app.storage, exact_limit=admin.exact_count_limit, max_age=admin.large_count_max_age

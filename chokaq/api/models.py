@@ -206,9 +206,14 @@ class DlqJobOut(JobOut):
 
 class JobPageOut(BaseModel):
     items: list[JobOut]
-    total: int
+    total: int = Field(description="the matching jobs; a lower bound when total_is_lower_bound")
     page: int
     page_size: int
+    total_is_lower_bound: bool = Field(
+        default=False,
+        description="more jobs match than ``total``: past Admin.ExactCountLimit matches the count stops "
+        "(a page costs the same at a million rows as at a thousand); show it as at least ``total``",
+    )
 
 
 class EnqueueIn(_In):
@@ -412,6 +417,11 @@ class AuditPageOut(BaseModel):
     total: int
     page: int
     page_size: int
+    total_is_lower_bound: bool = Field(
+        default=False,
+        description="more entries match than ``total``: past Admin.ExactCountLimit matches the count stops "
+        "(a page costs the same at a million rows as at a thousand); show it as at least ``total``",
+    )
 
 
 class EventOut(BaseModel):

@@ -114,7 +114,11 @@ def list_dlq(
     )
     p = admin_store(request).list_jobs(Location.DLQ, f, sort=sort, descending=desc, page=page, page_size=page_size)
     return JobPageOut(
-        items=[JobOut.from_record(j, history=False) for j in p.items], total=p.total, page=p.page, page_size=p.page_size
+        items=[JobOut.from_record(j, history=False) for j in p.items],
+        total=p.total,
+        page=p.page,
+        page_size=p.page_size,
+        total_is_lower_bound=p.total_is_lower_bound,
     )
 
 

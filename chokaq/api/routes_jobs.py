@@ -124,6 +124,7 @@ def list_jobs(
         total=page_.total,
         page=page_.page,
         page_size=page_.page_size,
+        total_is_lower_bound=page_.total_is_lower_bound,
     )
 
 

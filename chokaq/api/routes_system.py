@@ -84,9 +84,11 @@ def audit(
     page_size: Annotated[int, Query(ge=1, le=limits.MAX_BULK_IDS)] = 100,
 ) -> AuditPageOut:
     """Operator actions, newest first."""
-    rows, total = admin_store(request).list_audit(job_id=job_id, actor=actor_name, page=page, page_size=page_size)
+    rows, total, lower = admin_store(request).audit_page(
+        job_id=job_id, actor=actor_name, page=page, page_size=page_size
+    )
     items = [AuditOut(**{**r, "at_utc": iso(r["at_utc"])}) for r in rows]
-    return AuditPageOut(items=items, total=total, page=page, page_size=page_size)
+    return AuditPageOut(items=items, total=total, page=page, page_size=page_size, total_is_lower_bound=lower)
 
 
 @router.post("/archive/purge", response_model=ArchivePurgeOut, tags=["archive"], responses=ERRORS)

@@ -140,10 +140,12 @@ def dlq_list(
 ) -> None:
     """List dead jobs, newest failure first."""
     f = JobFilter(queue=queue, type=job_type, failure_reason=parse_failure_reason(reason), search=search)
-    p = AdminStore(c.app.storage).list_jobs(Location.DLQ, f, page=page, page_size=page_size)
+    store = AdminStore(c.app.storage, count_cap=c.app.settings.admin.exact_count_limit)
+    p = store.list_jobs(Location.DLQ, f, page=page, page_size=page_size)
     if as_json:
         items = [JobOut.from_record(j, history=False).model_dump() for j in p.items]
-        click.echo(json.dumps({"items": items, "total": p.total, "page": p.page, "page_size": p.page_size}, indent=2))
+        body = {"items": items, "total": p.total, "page": p.page, "page_size": p.page_size}
+        click.echo(json.dumps({**body, "total_is_lower_bound": p.total_is_lower_bound}, indent=2))
         return
     rows = [
         tuple(
@@ -166,7 +168,8 @@ def dlq_list(
     for r in rows:
         click.echo("  ".join(v.ljust(w) for v, w in zip(r, [*widths, 0], strict=True)).rstrip())
     shown_to = (page - 1) * page_size + len(rows)
-    click.echo(f"-- {len(rows) and (page - 1) * page_size + 1}-{shown_to} of {p.total}", err=True)
+    total = f"{p.total:,}+" if p.total_is_lower_bound else str(p.total)
+    click.echo(f"-- {len(rows) and (page - 1) * page_size + 1}-{shown_to} of {total}", err=True)
 
 
 @dlq.command("show")
@@ -419,7 +422,8 @@ def archive_purge(c: Ctx, older_than: str, yes: bool, actor: str) -> None:
     """Delete archived jobs finished before a time, in batches of Storage.CleanupBatchSize."""
     cutoff = parse_older_than(older_than)
     store = AdminStore(c.app.storage)
-    count = store.list_jobs(Location.ARCHIVE, JobFilter(to_utc=cutoff), page_size=1).total
+    # Counted in full: the purge reads every one of them anyway, and its progress bar needs the number.
+    count = store.list_jobs(Location.ARCHIVE, JobFilter(to_utc=cutoff), page_size=1, exact_total=True).total
     if count == 0:
         click.echo(json.dumps({"deleted": 0, "older_than": cutoff.isoformat() + "Z"}))
         return

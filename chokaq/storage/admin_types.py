@@ -41,6 +41,8 @@ class Page:
     total: int
     page: int
     page_size: int
+    # More than ``total`` jobs match: the count stopped at its cap (JobListing.count_cap).
+    total_is_lower_bound: bool = False
 
 
 @dataclass

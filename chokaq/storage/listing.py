@@ -59,23 +59,40 @@ TABLES: dict[Location, Table] = {Location.HOT: jobs_hot, Location.ARCHIVE: jobs_
 MAPPERS = {Location.HOT: hot_record, Location.ARCHIVE: archive_record, Location.DLQ: dlq_record}
 
 
-class JobListing:
-    """The reads behind the Deck's tables and the CLI's listings; :class:`AdminStore` adds actions."""
+# A page's ``total`` is counted exactly up to this many matches (Admin.ExactCountLimit's default).
+DEFAULT_COUNT_CAP = 10_000
 
-    def __init__(self, storage: Storage) -> None:
+
+class JobListing:
+    """The reads behind the Deck's tables and the CLI's listings; :class:`AdminStore` adds actions.
+
+    A page's total is exact up to ``count_cap`` matches; past it the count stops there and the page
+    says its total is a lower bound (docs/admin-figures.md): counting every match of a million-row
+    table would make each page cost what the table's size costs. ``None``: always count in full.
+    """
+
+    def __init__(self, storage: Storage, *, count_cap: int | None = DEFAULT_COUNT_CAP) -> None:
         self.storage = storage
+        self.count_cap = count_cap
 
     def list_audit(
         self, *, job_id: str | None = None, actor: str | None = None, page: int = 1, page_size: int = 100
     ) -> tuple[list[dict[str, Any]], int]:
+        """One page of the audit trail, newest first, and its total (see :meth:`audit_page`)."""
+        rows, total, _ = self.audit_page(job_id=job_id, actor=actor, page=page, page_size=page_size)
+        return rows, total
+
+    def audit_page(
+        self, *, job_id: str | None = None, actor: str | None = None, page: int = 1, page_size: int = 100
+    ) -> tuple[list[dict[str, Any]], int, bool]:
+        """One page of the audit trail, newest first, its total and whether that is a lower bound."""
         conds: list[ColumnElement[bool]] = []
         if job_id:
             conds.append(contains(audit_log.c.JobIds, json.dumps(job_id)))
         if actor:
             conds.append(audit_log.c.Actor == actor)
 
-        def work(c: Connection) -> tuple[list[dict[str, Any]], int]:
-            total = c.execute(select(func.count()).select_from(audit_log).where(*conds)).scalar_one()
+        def work(c: Connection) -> tuple[list[dict[str, Any]], int, bool]:
             rows = c.execute(
                 select(audit_log)
                 .where(*conds)
@@ -96,7 +113,10 @@ class JobListing:
                 }
                 for r in rows
             ]
-            return out, int(total)
+            total, lower = bounded_total(
+                c, audit_log, conds, self.count_cap, (page - 1) * page_size, len(rows), page_size
+            )
+            return out, total, lower
 
         return self.storage.read(work, op="list_audit")
 
@@ -148,7 +168,10 @@ class JobListing:
         descending: bool = True,
         page: int = 1,
         page_size: int = 100,
+        exact_total: bool = False,
     ) -> Page:
+        """One page of ``location``'s jobs; ``exact_total``: count every match, whatever it costs."""
+        cap = None if exact_total else self.count_cap
         sorts = SORTS[location]
         key = sort or DEFAULT_SORT[location]
         if key not in sorts:
@@ -163,7 +186,6 @@ class JobListing:
         order = [col.desc() if descending else col.asc(), t.c.Id.desc() if descending else t.c.Id.asc()]
 
         def work(c: Connection) -> Page:
-            total = c.execute(select(func.count()).select_from(t).where(*conds)).scalar_one()
             rows = c.execute(
                 # Not the attempt history, logs or progress: a page shows none, and they can be the
                 # largest columns.
@@ -173,7 +195,8 @@ class JobListing:
                 .offset((page - 1) * page_size)
                 .limit(page_size)
             ).all()
-            return Page([MAPPERS[location](r) for r in rows], int(total), page, page_size)
+            total, lower = bounded_total(c, t, conds, cap, (page - 1) * page_size, len(rows), page_size)
+            return Page([MAPPERS[location](r) for r in rows], total, page, page_size, total_is_lower_bound=lower)
 
         return self.storage.read(work, op=f"list_{location.value}")
 
@@ -201,6 +224,31 @@ class JobListing:
             return out
 
         return self.storage.read(work, op="recent_rates")
+
+
+def bounded_total(
+    c: Connection,
+    t: Table,
+    conds: Sequence[ColumnElement[bool]],
+    cap: int | None,
+    offset: int,
+    shown: int,
+    page_size: int,
+) -> tuple[int, bool]:
+    """How many rows of ``t`` match ``conds``, reading at most ``cap + 1`` of them, and whether the
+    number is a lower bound (more than ``cap`` match; ``cap`` None: count them all)."""
+    if 0 < shown < page_size:
+        # A page neither empty nor full is the last one: where it ends is the total.
+        return offset + shown, False
+    if cap is None:
+        return int(c.execute(select(func.count()).select_from(t).where(*conds)).scalar_one()), False
+    if shown and offset + shown > cap:
+        # A full page past the cap: at least the rows up to its end match (an empty page past
+        # the end is counted instead, so the Deck can step back to the last page).
+        return offset + shown, True
+    inner = select(t.c.Id).where(*conds).limit(cap + 1).subquery()
+    counted = int(c.execute(select(func.count()).select_from(inner)).scalar_one())
+    return (counted, False) if counted <= cap else (cap, True)
 
 
 def contains(col: ColumnElement[Any], needle: str, *, ignore_case: bool = False) -> ColumnElement[bool]:

@@ -20,6 +20,7 @@ from chokaq.storage.schema import (
     jobs_dlq,
     jobs_hot,
     metadata,
+    reason_index,
     schedules,
     schema_migrations,
     workers,
@@ -110,6 +111,12 @@ def _v13_index_options(conn: Connection) -> None:
     profile_of(conn.dialect).upgrade_indexes(conn)
 
 
+def _v14_dlq_reason_index(conn: Connection) -> None:
+    # The DLQ filtered by failure reason alone read every dead job for a rare reason (its page
+    # walked IX_JobsDLQ_FailedAt, its count the table). Step 1 may just have made it.
+    reason_index.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial", _v1_initial),
     (2, "drop IX_JobsHot_Worker", _v2_drop_worker_index),
@@ -123,6 +130,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (10, "JobSteps (the step journal)", _v10_step_journal),
     (11, "DLQ search indexes (pg_trgm on PostgreSQL, FTS5 trigram on SQLite)", _v11_search_indexes),
     (13, "SQL Server: included columns of the claim and history indexes, sequential-key options", _v13_index_options),
+    (14, "IX_JobsDLQ_Reason (the DLQ filtered by failure reason)", _v14_dlq_reason_index),
 ]
 
 

@@ -281,6 +281,9 @@ Index(
 # Id last: filtered DLQ pages sort by (FailedAtUtc, Id) and read this index in order.
 Index("IX_JobsDLQ_QueueReason", jobs_dlq.c.Queue, jobs_dlq.c.FailureReason, jobs_dlq.c.FailedAtUtc, jobs_dlq.c.Id)
 Index("IX_JobsDLQ_Type", jobs_dlq.c.Type, jobs_dlq.c.FailedAtUtc)
+# A failure reason alone (the Deck's reason filter): without it a rare reason's page and count
+# read the whole DLQ (IX_JobsDLQ_QueueReason leads with the queue). Migration 14.
+reason_index = Index("IX_JobsDLQ_Reason", jobs_dlq.c.FailureReason, jobs_dlq.c.FailedAtUtc, jobs_dlq.c.Id)
 # The Workers page's zombies per worker (docs/workers.md); only zombie rows are indexed (reason 2).
 zombie_worker_index = Index(
     "IX_JobsDLQ_ZombieWorker",

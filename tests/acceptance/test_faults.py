@@ -24,8 +24,11 @@ from sqlalchemy import func, select
 
 from chokaq.domain.models import EnqueueRequest
 from chokaq.storage import Storage
+from chokaq.storage.figures_cache import FiguresCache
+from chokaq.storage.queue_figures import read_queue_stats
 from chokaq.storage.schema import jobs_archive, jobs_dlq, jobs_hot, stats_summary
 from tests.acceptance.conftest import ROOT, chokaq_cmd, chokaq_env
+from tests.acceptance.test_figures_mixed import comparable
 from tests.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.postgres
@@ -103,6 +106,14 @@ def stats_row(s: Storage) -> tuple[int, int, int]:
         return int(row[0]), int(row[1]), int(row[2])
 
     return s.read(work)
+
+
+def figures_equal_a_full_count(s: Storage) -> bool:
+    """The Deck's figures (storage/figures_cache.py), counted now and reused, equal a count made
+    now (tests/acceptance/test_figures_mixed.py does the same after a mixed run)."""
+    want = comparable(s.read(lambda c: read_queue_stats(c, s.db_now(c))))
+    caches = [FiguresCache(s, exact_limit=limit, max_age=60) for limit in (10_000, 0)]
+    return all(comparable(cache.read().queues) == want for cache in caches)
 
 
 def max_attempt(s: Storage) -> int:
@@ -216,6 +227,7 @@ def run_faulted(
             "never_ran": sum(1 for j in ids if run[j] == 0),
             "worker_exits": alive.count(False),
             "stats": stats_row(s),
+            "figures_equal_a_full_count": figures_equal_a_full_count(s),
             "max_attempt": max_attempt(s),
             # Not asserted: what a failure needs to explain itself (why each dead job died, and
             # what the workers logged about it).
@@ -249,6 +261,7 @@ def assert_clean(result: dict[str, Any]) -> None:
         "never_ran": 0,
         "worker_exits": 0,
         "stats": (jobs, 0, 0),  # StatsSummary equals the table counts
+        "figures_equal_a_full_count": True,  # what the Deck and /api/stats show, counted or reused
         "max_attempt": 1,  # no attempt was counted twice
         "exit_codes": [0] * WORKERS,
     }

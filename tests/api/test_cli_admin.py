@@ -126,3 +126,18 @@ def test_serve_runs_uvicorn_with_the_api(db_url: str, app: ChokaQ, monkeypatch: 
     assert (seen["host"], seen["port"]) == ("0.0.0.0", 8088)
     assert "/api/dlq/{job_id}/resurrect" in seen["api"].openapi()["paths"]
     assert "no admin tokens" in r.stderr
+
+
+def test_dlq_list_says_when_its_total_is_a_lower_bound(app: ChokaQ, db_url: str) -> None:
+    make_dead(app.storage, 5, queue="cap")
+    env = {"CHOKAQ_ADMIN__EXACT_COUNT_LIMIT": "2"}
+    r = CliRunner().invoke(cli, ["--db", db_url, "dlq", "list", "--page-size", "3"], env=env, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "-- 1-3 of 3+" in r.stderr
+    r = CliRunner().invoke(
+        cli, ["--db", db_url, "dlq", "list", "--page-size", "3", "--json"], env=env, catch_exceptions=False
+    )
+    out = json.loads(r.stdout)
+    assert (out["total"], out["total_is_lower_bound"], len(out["items"])) == (3, True, 3)
+    last = json.loads(run(db_url, "dlq", "list", "--page-size", "3", "--page", "2", "--json").stdout)
+    assert (last["total"], last["total_is_lower_bound"]) == (5, False)

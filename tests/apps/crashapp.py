@@ -172,3 +172,18 @@ async def three_steps(payload: dict[str, str], ctx: JobContext) -> None:
 def _lines() -> list[str]:
     path = os.environ.get("CHOKAQ_TEST_RECORD", "")
     return open(path).read().splitlines() if path and os.path.exists(path) else []
+
+
+# The mixed run (tests/acceptance/test_figures_mixed.py): one always fails (retries, then the DLQ),
+# one fails its first attempt only (a retry, then a success).
+@app.job("always_fails")
+def always_fails(payload: dict[str, object], ctx: JobContext) -> None:
+    _record(ctx.job_id, "start")
+    raise RuntimeError("upstream 421 refused")
+
+
+@app.job("fails_once")
+def fails_once(payload: dict[str, object], ctx: JobContext) -> None:
+    _record(ctx.job_id, "start")
+    if ctx.attempt == 1:
+        raise RuntimeError("first try fails")

@@ -11,6 +11,7 @@ from chokaq.storage import Storage
 from chokaq.storage.admin import AdminStore
 from chokaq.storage.admin_types import JobFilter
 from chokaq.storage.figures_cache import FiguresCache
+from chokaq.storage.migrations import MIGRATIONS
 from tests.driver.recording import Recorder
 from tests.driver.test_contract_captures import SQL_VARCHAR, SQL_WVARCHAR, one_transaction
 
@@ -52,13 +53,33 @@ def test_a_large_dlq_is_counted_once_then_reused(mssql: Storage, recorder: Recor
 def test_the_dlq_search_falls_back_to_like_on_sql_server(mssql: Storage, recorder: Recorder) -> None:
     recorder.answer(r"^SELECT count\(\*\)", [(0,)])
     AdminStore(mssql).list_jobs(Location.DLQ, JobFilter(search="Upstream 421"))
-    count, page = one_transaction(recorder)
+    page, count = one_transaction(recorder)
     assert "lower(chokaq.[JobsDLQ].[ErrorDetails]) LIKE ? ESCAPE '/'" in count.sql
     assert count.params[0][:4] == ("%upstream 421%",) * 4
     # Id is an ASCII key (VARCHAR); the error text is NVARCHAR: its pattern must be sent as one, or
     # a needle in another script reaches the server as question marks.
     assert [size[0] for size in count.inputsizes or []][:4] == [SQL_VARCHAR, SQL_WVARCHAR, SQL_WVARCHAR, SQL_WVARCHAR]
     assert page.sql.startswith("SELECT chokaq.[JobsDLQ].[Id]")
+
+
+def test_a_list_page_counts_at_most_the_cap_plus_one_matches(mssql: Storage, recorder: Recorder) -> None:
+    """The page's rows first, then a count over TOP cap + 1 of the matches (served by the filter's
+    index, never the whole table); more than the cap: the total is a lower bound."""
+    recorder.answer(r"^SELECT count\(\*\) AS count_1 \nFROM \(SELECT TOP 51 ", [(51,)])
+    p = AdminStore(mssql, count_cap=50).list_jobs(Location.DLQ, JobFilter(queue="Emails"), page_size=10)
+    assert (p.total, p.total_is_lower_bound) == (50, True)
+    page, count = one_transaction(recorder)
+    assert page.sql.startswith("SELECT chokaq.[JobsDLQ].[Id]") and "OFFSET ? ROWS" in page.sql
+    assert count.sql == (
+        "SELECT count(*) AS count_1 \nFROM (SELECT TOP 51 chokaq.[JobsDLQ].[Id] AS [Id] \n"
+        "FROM chokaq.[JobsDLQ] \nWHERE chokaq.[JobsDLQ].[Queue] = ?) AS anon_1"
+    )
+    assert count.params == [("Emails",)]
+    # Asked for in full (the archive purge's confirmation): a plain count.
+    recorder.clear()
+    recorder.answer(r"^SELECT count\(\*\)", [(7,)])
+    assert AdminStore(mssql, count_cap=50).list_jobs(Location.DLQ, JobFilter(), exact_total=True).total == 7
+    assert not any("TOP 51" in c.sql for c in recorder.statements)
 
 
 def test_the_recent_rates_bound_is_a_value_from_the_database_clock(mssql: Storage, recorder: Recorder) -> None:
@@ -74,3 +95,16 @@ def test_the_recent_rates_bound_is_a_value_from_the_database_clock(mssql: Storag
     assert [c.params for c in counts[:2]] == [[(datetime(2025, 12, 31, 23, 59),)]] * 2
     # A value, typed by pyodbc from the Python datetime (no describe round trip): an index seek.
     assert all(c.describes == 0 for c in counts)
+
+
+def test_migration_14_creates_the_dlq_reason_index(mssql: Storage, recorder: Recorder) -> None:
+    recorder.answer(r"PARSENAME\(CAST\(SERVERPROPERTY", [(16, 3, 160, "chokaq")], ["v", "e", "l", "d"])
+    recorder.answer(r"sp_getapplock", [(0,)])
+    recorder.answer(r"INFORMATION_SCHEMA", [("SchemaMigrations",)], ["TABLE_NAME"])
+    recorder.answer(r"FROM chokaq\.\[SchemaMigrations\]", [(v,) for v, _, _ in MIGRATIONS if v != 14], ["Version"])
+    assert mssql.upgrade() == [14]
+    stmts = one_transaction(recorder)
+    indexes = [c.sql.strip() for c in stmts if "CREATE INDEX" in c.sql]
+    assert indexes == ["CREATE INDEX [IX_JobsDLQ_Reason] ON chokaq.[JobsDLQ] ([FailureReason], [FailedAtUtc], [Id])"]
+    (record,) = [c for c in stmts if c.sql.startswith("INSERT INTO chokaq.[SchemaMigrations]")]
+    assert record.params[0][:2] == (14, "IX_JobsDLQ_Reason (the DLQ filtered by failure reason)")

@@ -19,6 +19,11 @@ export function fmtMs(ms) {
   return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
 }
 export const plural = (n, word, many = word + "s") => `${num(n)} ${n === 1 ? word : many}`;
+// A list's total: "10,000+" when the API stopped counting at its cap (total_is_lower_bound),
+// the number read as "at least": a page costs the same at a million matches as at a thousand.
+export const totalText = (n, lower) => (lower ? `${num(n)}+` : num(n));
+export const pluralTotal = (n, lower, word, many = word + "s") =>
+  lower ? `${totalText(n, lower)} ${many}` : plural(n, word, many);
 export function firstLine(text, max = 90) {
   if (!text) return "";
   const line = String(text).split("\n").find((l) => l.trim()) || "";

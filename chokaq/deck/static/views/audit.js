@@ -3,7 +3,7 @@
 import { api, qs } from "../api.js";
 import { $, button, h, replaceKeepingFocus, table, td, tdn } from "../dom.js";
 import { viewError } from "../feedback.js";
-import { fmtTime, num, plural } from "../format.js";
+import { fmtTime, num, pluralTotal, totalText } from "../format.js";
 import { openInspector } from "../inspector.js";
 import { state } from "../state.js";
 
@@ -22,10 +22,12 @@ export async function loadAudit() {
   replaceKeepingFocus($('[data-testid="audit-table"]'),
     table(["When", "Actor", "Role", "Action", "Jobs", "Job ids", "Details"], rows,
       { empty: "No operator actions yet.", caption: "Audit log" }));
+  const lower = data.total_is_lower_bound;
   const pages = Math.max(1, Math.ceil(data.total / a.page_size));
+  const more = lower && data.items.length === a.page_size;
   replaceKeepingFocus($('[data-testid="audit-pager"]'),
-    h("span", { class: "muted" }, `${plural(data.total, "entry", "entries")} · page ${a.page} of ${pages}`),
+    h("span", { class: "muted" }, `${pluralTotal(data.total, lower, "entry", "entries")} · page ${a.page} of ${totalText(pages, lower)}`),
     button("‹ Prev", () => { a.page -= 1; loadAudit(); }, { kind: "btn-sm", disabled: a.page <= 1, fkey: "a-prev" }),
-    button("Next ›", () => { a.page += 1; loadAudit(); }, { kind: "btn-sm", disabled: a.page >= pages, fkey: "a-next" }));
+    button("Next ›", () => { a.page += 1; loadAudit(); }, { kind: "btn-sm", disabled: a.page >= pages && !more, fkey: "a-next" }));
   return undefined;
 }

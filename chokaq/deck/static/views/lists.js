@@ -2,7 +2,7 @@
 
 import { ApiError, api, errorLines, qs } from "../api.js";
 import { $, $$, button, h, replaceKeepingFocus, table, td, tdn } from "../dom.js";
-import { firstLine, fmtMs, fmtTime, localToIso, num, plural } from "../format.js";
+import { firstLine, fmtMs, fmtTime, localToIso, num, plural, pluralTotal, totalText } from "../format.js";
 import { openInspector } from "../inspector.js";
 import { limits, may, state } from "../state.js";
 import { bulkConfirm } from "./bulk.js";
@@ -10,8 +10,11 @@ import { bulkConfirm } from "./bulk.js";
 export const LISTS = {
   hot: {
     title: "Hot jobs", endpoint: "/api/jobs", base: { location: "hot" },
-    sorts: [["created", "Created"], ["scheduled", "Scheduled"], ["priority", "Priority"], ["queue", "Queue"],
-      ["type", "Type"], ["status", "Status"], ["attempts", "Attempts"]],
+    // Newest first by id, not by creation time: ids are ULIDs, which begin with their enqueue time,
+    // and the primary key serves that order; no index of JobsHot serves Created, so at a million
+    // Pending jobs a page sorted by it sorts them all (docs/admin-figures.md).
+    sorts: [["id", "Newest (id)"], ["created", "Created"], ["scheduled", "Scheduled"], ["priority", "Priority"],
+      ["queue", "Queue"], ["type", "Type"], ["status", "Status"], ["attempts", "Attempts"]],
     filters: ["queue", "type", "status", "tag", "from", "to", "search"],
     timeLabel: "created",
     columns: [
@@ -206,7 +209,9 @@ function renderList(name) {
   const data = ls.data;
   const sec = $(`[data-view="${name}"]`);
   const selectable = hasBulk(name);
-  $('[data-testid="list-total"]', sec).textContent = `${plural(data.total, "job")}${Object.keys(ls.filters).length ? " match the filter" : ""}`;
+  $('[data-testid="list-total"]', sec).textContent = `${pluralTotal(data.total, data.total_is_lower_bound, "job")}${Object.keys(ls.filters).length ? " match the filter" : ""}`;
+  $('[data-testid="list-total"]', sec).title = data.total_is_lower_bound
+    ? "At least this many: past Admin.ExactCountLimit matches the count stops, so a page costs the same at any size" : "";
 
   const allBox = selectable ? h("input", {
     type: "checkbox", "aria-label": "Select all jobs on this page", dataset: { testid: "select-page", fkey: "select-page" },
@@ -241,15 +246,18 @@ function renderList(name) {
 
 function renderPager(name) {
   const ls = listState(name);
-  const { total, page, page_size: size } = ls.data;
+  const { total, page, page_size: size, total_is_lower_bound: lower } = ls.data;
   const pages = Math.max(1, Math.ceil(total / size));
   const go = (p) => { ls.page = p; loadList(name); };
   const first = total ? (page - 1) * size + 1 : 0;
-  const last = Math.min(total, page * size);
+  const last = Math.min(total, page * size, (page - 1) * size + ls.data.items.length);
+  // A lower bound ("10,000+"): more pages may follow the last one it names, so Next stays open
+  // while the page is full.
+  const more = lower && ls.data.items.length === size;
   replaceKeepingFocus($(`[data-view="${name}"] [data-testid="pager"]`),
-    h("span", { class: "muted" }, `${num(first)}–${num(last)} of ${num(total)} · page ${num(page)} of ${num(pages)}`),
+    h("span", { class: "muted" }, `${num(first)}–${num(last)} of ${totalText(total, lower)} · page ${num(page)} of ${totalText(pages, lower)}`),
     button("‹ Prev", () => go(page - 1), { kind: "btn-sm", disabled: page <= 1, testid: "page-prev", fkey: "prev" }),
-    button("Next ›", () => go(page + 1), { kind: "btn-sm", disabled: page >= pages, testid: "page-next", fkey: "next" }));
+    button("Next ›", () => go(page + 1), { kind: "btn-sm", disabled: page >= pages && !more, testid: "page-next", fkey: "next" }));
 }
 
 function renderBulkbar(name) {
