@@ -60,7 +60,7 @@ def _ask(handler: Handler, payload_text: str, job_id: str, storage: Storage) -> 
         return "unknown", f"verify raised {type(exc).__name__}"
     if answer not in VERDICTS:
         return "unknown", f"verify answered {str(answer)[:50]!r}, not one of {', '.join(VERDICTS)}"
-    return answer, None  # type: ignore[return-value]
+    return answer, None
 
 
 def _complete(awaitable: Awaitable[T]) -> T:
