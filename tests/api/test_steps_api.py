@@ -127,3 +127,33 @@ def test_purge_and_retention_take_the_journal_with_the_job(app: ChokaQ, client: 
     assert states(app, expired) == [] and len(states(app, young)) == 2
     left = app.storage.read(lambda c: {r[0] for r in c.execute(select(job_steps.c.JobId)).all()})
     assert left == {young}
+
+
+def test_job_show_logs_prints_the_journal_as_text(app: ChokaQ, db_url: str) -> None:
+    """`chokaq job show ID --logs` (a real subprocess) prints each step beside the attempts and log
+    lines: what an operator at a terminal decides a zombie with. A step name is the handler's text:
+    a terminal control in it is printed as a visible escape."""
+    from tests.acceptance.conftest import run_cli
+
+    s = app.storage
+    job_id = enqueue(s)
+    rec = run_one(s, job_id, worker="w-crashed")
+    assert start_step(s, rec.lease, "charge", again=False)
+    assert finish_step(s, rec.lease, "charge", '{"charge":"ch_1"}')
+    assert start_step(s, rec.lease, "email\x1b[2J", again=False)
+    assert s.fail(rec.lease, FailureReason.ZOMBIE, "Zombie detected: heartbeat expired")
+    bare = enqueue(s)
+
+    out = run_cli(db_url, "job", "show", job_id, "--logs")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    at = lines.index("steps:")
+    charge, email = lines[at + 1], lines[at + 2]
+    assert charge.startswith("  charge: done · attempt 1 on w-crashed · ") and charge.endswith(' · {"charge": "ch_1"}')
+    assert email.startswith("  email\\u001b[2J: started, never confirmed (outcome unknown) · attempt 1 on w-crashed")
+    assert "\x1b" not in out.stdout
+    assert lines.index("steps:") < lines.index("logs: none")
+    # A job without a journal says so; the JSON form carries the same steps.
+    assert "steps: none recorded" in run_cli(db_url, "job", "show", bare, "--logs").stdout
+    shown = json.loads(run_cli(db_url, "job", "show", job_id).stdout)
+    assert [(x["name"], x["state"]) for x in shown["steps"]] == [("charge", "done"), ("email\x1b[2J", "started")]
