@@ -111,7 +111,9 @@ def test_a_workers_own_sweep_judges_the_zombies_of_its_handlers(db_url: str, run
     job_id = _zombie(app, "done")
     run_worker(app, queues=["other"], with_sweep=True)  # serves another queue: only its sweep acts here
     wait_for(lambda: (r := app.storage.get_job(job_id)) is not None and r.location is Location.ARCHIVE)
-    assert len(seen) == 1 and _verdicts(app)[job_id][1] == {"verdict": "done"}
+    assert len(seen) == 1 and _verdicts(app)[job_id][1]["verdict"] == "done"
+    # Out of the DLQ, it still counts in its crash incident (storage/incidents.py).
+    assert [(z["worker"], z["jobs"]) for z in _verdicts(app)[job_id][1]["zombies"]] == [("ghost", 1)]
 
 
 def test_an_async_verify_is_answered_when_the_sweep_is_called_from_async_code(db_url: str) -> None:
