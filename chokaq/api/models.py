@@ -474,10 +474,11 @@ class ScheduleRunOut(BaseModel):
 class IncidentOut(BaseModel):
     """The zombies one worker left (docs/steps.md): decide for those still in the DLQ with a bulk
     action filtered by ``worker`` and ``failure_reason: Zombie`` (preview first, as always). Those
-    that left the DLQ since (within Recovery.WorkerRetention) still count, by what took them out."""
+    that the sweep retried or that left the DLQ since (within Recovery.WorkerRetention) still count."""
 
     worker_id: str | None
-    jobs: int = Field(description="all its zombies: undecided + resurrected + purged + verified")
+    jobs: int = Field(description="all its zombies: retried + undecided + resurrected + purged + verified")
+    retried: int = Field(description="sent back to Pending by the sweep (retry_zombies): they never reached the DLQ")
     undecided: int = Field(description="in the DLQ now: they need a decision")
     resurrected: int = Field(description="left the DLQ by a resurrect (resume or from scratch)")
     purged: int = Field(description="purged from the DLQ")

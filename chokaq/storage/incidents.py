@@ -13,16 +13,18 @@ the preview makes it refuse)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import Connection, case, func, select
+from sqlalchemy import Connection, case, func, insert, select
 
+from chokaq.domain import limits
 from chokaq.domain.states import FailureReason
 from chokaq.domain.steps import STARTED
 from chokaq.storage.schema import audit_log, job_steps, jobs_dlq
+from chokaq.storage.sqlfuncs import utcnow
 
 if TYPE_CHECKING:
     from chokaq.storage.store import Storage
@@ -35,17 +37,27 @@ MAX_AUDIT_ROWS = 10_000
 #: CLI pass Recovery.WorkerRetention, how long the worker's own row is kept).
 RESOLVED_WITHIN = timedelta(days=7)
 
+#: The audit action of the sweep's retries of zombies (``retry_zombies`` types: never in the DLQ).
+ZOMBIE_RETRY: Final = "sweep.zombie_retry"
+SYSTEM_SWEEP: Final = "system:sweep"
+
 #: The DLQ columns an action taking dead jobs out returns, for :func:`zombies_leaving`.
 LEAVING: Final = (jobs_dlq.c.Id, jobs_dlq.c.WorkerId, jobs_dlq.c.FailureReason, jobs_dlq.c.FailedAtUtc,
                   jobs_dlq.c.HeartbeatUtc)  # fmt: skip
 # The audit actions that take zombies out of the DLQ, and what the incident calls each.
-_LEFT_BY: Final = {"dlq.resurrect": "resurrected", "dlq.purge": "purged", "dlq.verify": "verified"}
+_LEFT_BY: Final = {
+    "dlq.resurrect": "resurrected",
+    "dlq.purge": "purged",
+    "dlq.verify": "verified",
+    ZOMBIE_RETRY: "retried",
+}
 
 
 @dataclass
 class Incident:
     worker_id: str | None
-    jobs: int = 0  # all its zombies: those in the DLQ and those that left it
+    jobs: int = 0  # all its zombies: retried by the sweep, in the DLQ, and those that left it
+    retried: int = 0  # sent back to Pending by the sweep (retry_zombies): they never reached the DLQ
     undecided: int = 0  # in the DLQ now: they need a decision
     resurrected: int = 0  # left the DLQ by a resurrect (an operator's, resume or from scratch)
     purged: int = 0
@@ -78,6 +90,29 @@ def zombies_leaving(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     if not groups:
         return {}
     return {"zombies": [_left_json(i) for i in groups.values()]}
+
+
+def audit_zombie_retries(c: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """The sweep's audit row for the zombies it just sent back to Pending (``rows``: their Id,
+    WorkerId and HeartbeatUtc before the retry), so their worker's incident counts them."""
+    now = datetime.now(UTC).replace(tzinfo=None)
+    groups: dict[str | None, Incident] = {}
+    for r in rows:
+        inc = groups.setdefault(r["WorkerId"], Incident(r["WorkerId"]))
+        inc.jobs += 1
+        inc.saw(r["HeartbeatUtc"], now, now)
+    ids = [r["Id"] for r in rows]
+    c.execute(
+        insert(audit_log).values(
+            AtUtc=utcnow(),
+            Actor=SYSTEM_SWEEP,
+            Role="admin",
+            Action=ZOMBIE_RETRY,
+            JobIds=json.dumps(ids[: limits.MAX_BULK_IDS]),
+            JobCount=len(ids),
+            Details=json.dumps({"zombies": [_left_json(i) for i in groups.values()]}),
+        )
+    )
 
 
 def _left_json(i: Incident) -> dict[str, Any]:

@@ -177,6 +177,9 @@ def test_the_incidents_read_the_zombies_in_the_dlq_and_those_the_audit_log_saw_l
     assert (incident.worker_id, incident.jobs, incident.undecided, incident.purged) == ("w-x", 4, 1, 3)
     assert incident.first_failed_utc == datetime(2026, 12, 3, 14, 2, 29) and incident.last_failed_utc == failed
     read = next(c for c in recorder.statements if "chokaq.[AuditLog]" in c.sql)
-    assert "[Action] IN (?, ?, ?) AND chokaq.[AuditLog].[AtUtc] >= ? AND chokaq.[AuditLog].[Details] LIKE ?" in read.sql
-    assert read.params[0][:3] == ("dlq.resurrect", "dlq.purge", "dlq.verify") and read.params[0][4] == '%"zombies":%'
+    assert (
+        "[Action] IN (?, ?, ?, ?) AND chokaq.[AuditLog].[AtUtc] >= ? AND chokaq.[AuditLog].[Details] LIKE ?" in read.sql
+    )
+    assert read.params[0][:4] == ("dlq.resurrect", "dlq.purge", "dlq.verify", "sweep.zombie_retry")
+    assert read.params[0][5] == '%"zombies":%'
     assert size_of(read, '%"zombies":%') == SQL_WVARCHAR and read.describes == 0

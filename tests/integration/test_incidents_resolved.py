@@ -7,16 +7,20 @@ not zombies never count."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from chokaq import ChokaQ
 from chokaq.api import create_api
 from chokaq.domain.states import FailureReason
 from chokaq.storage import Actor, AdminStore, JobFilter, crash_incidents, settle_verdict
+from chokaq.storage.schema import audit_log
 from tests.api.helpers import HEADERS, enqueue, make_app, run_one
+from tests.helpers import age
 
 OPS = Actor("ops", "operator")
 
@@ -30,6 +34,7 @@ def dead(app: ChokaQ, worker: str, reason: FailureReason = FailureReason.ZOMBIE)
 
 
 def counts(app: ChokaQ, **kw: Any) -> dict[str | None, tuple[int, int, int, int, int]]:
+    """Per worker: (jobs, undecided, resurrected, purged, verified); ``jobs`` adds the retried ones."""
     found, capped = crash_incidents(app.storage, **kw)
     assert not capped
     return {i.worker_id: (i.jobs, i.undecided, i.resurrected, i.purged, i.verified) for i in found}
@@ -71,4 +76,30 @@ def test_zombies_taken_out_of_the_dlq_still_count_in_their_incident(db_url: str)
     assert (x["jobs"], x["undecided"], x["resurrected"], x["purged"], x["verified"]) == (6, 0, 4, 1, 1)
     assert x["sample_ids"] == [] and x["first_failed_utc"] and x["last_seen_utc"]
     assert other in next(i for i in items if i["worker_id"] == "host-y")["sample_ids"]
+    app.close()
+
+
+def test_zombies_the_sweep_retried_count_in_their_workers_incident(db_url: str) -> None:
+    """retry_zombies types never reach the DLQ: the sweep sends their zombies back to Pending. Their
+    worker's incident counts them ("12 jobs: 9 retried automatically, 3 need a decision"), from the
+    audit row the sweep writes with each batch it retries (system:sweep)."""
+    app = make_app(db_url, storage={"cleanup_batch_size": 2})  # batches of two: three transactions
+    s = app.storage
+    retried = [enqueue(s, type="idem") for _ in range(5)]
+    buried = [enqueue(s, type="plain") for _ in range(2)]
+    started = s.start("host-r", s.fetch("host-r", 10), zombie_retry_types={"idem"}).started
+    assert {r.id for r in started} == set(retried + buried)
+    for job_id in retried + buried:
+        age(s, job_id, 3600)
+    result = s.sweep(fetched_timeout=600, zombie_timeout=600, max_attempts=3)
+    assert (result.retried_zombies, result.archived) == (5, 2)
+    assert counts(app) == {"host-r": (7, 2, 0, 0, 0)}
+    (incident,), _ = crash_incidents(s)
+    assert incident.retried == 5 and incident.last_seen_utc is not None and incident.last_failed_utc is not None
+    rows = s.read(lambda c: c.execute(select(audit_log).where(audit_log.c.Action == "sweep.zombie_retry")).all())
+    assert sorted(r.JobCount for r in rows) == [1, 2, 2] and {r.Actor for r in rows} == {"system:sweep"}
+    assert sorted(i for r in rows for i in json.loads(r.JobIds)) == sorted(retried)
+    # A second sweep finds nothing more to retry, and writes no audit row.
+    assert s.sweep(fetched_timeout=600, zombie_timeout=600, max_attempts=3).retried_zombies == 0
+    assert counts(app) == {"host-r": (7, 2, 0, 0, 0)}
     app.close()

@@ -1,5 +1,6 @@
 // Crash incidents (docs/steps.md): the zombies each worker left, with how many of those still in the
-// DLQ stopped inside a step, between steps or without steps, how many left the DLQ since and by what,
+// DLQ stopped inside a step, between steps or without steps, how many the sweep retried
+// (retry_zombies) or left the DLQ since and by what,
 // and one decision for the undecided ones (resume all, purge all): a bulk action filtered by that
 // worker, previewed and bound to the preview.
 
@@ -20,7 +21,8 @@ export async function loadIncidents() {
     const filter = { worker: i.worker_id, failure_reason: "Zombie" };
     const key = i.worker_id || "none";
     const open = i.undecided > 0;
-    const taken = [[i.resurrected, "resurrected"], [i.purged, "purged"], [i.verified, "verified"]]
+    const taken = [[i.retried, "retried automatically"], [i.resurrected, "resurrected"], [i.purged, "purged"],
+      [i.verified, "verified"]]
       .filter(([n]) => n > 0).map(([n, what]) => `${num(n)} ${what}`).join(" · ");
     return h("tr", { testid: "incident-row", dataset: { worker: key, open: open ? "yes" : "no" } },
       td(i.worker_id || "(no worker)", "mono small"),
@@ -41,7 +43,7 @@ export async function loadIncidents() {
         : "decided"));
   });
   replaceKeepingFocus($('[data-testid="incidents-table"]'),
-    table(["Worker", "Jobs", "Last seen", "Buried", "Still in the DLQ", "Taken out since", "Undecided (sample)", "Decide"],
+    table(["Worker", "Jobs", "Last seen", "Buried", "Still in the DLQ", "Retried or taken out", "Undecided (sample)", "Decide"],
       rows, { empty: "No crash incidents.", caption: "Crash incidents" }),
     data.capped ? h("p", { class: "muted small" }, "Only the newest zombies were read: the DLQ is very large.") : null);
   return undefined;
