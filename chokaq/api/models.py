@@ -482,18 +482,24 @@ class ScheduleRunOut(BaseModel):
 
 
 class IncidentOut(BaseModel):
-    """The zombies one worker left (docs/steps.md): decide for all of them with a bulk action on the
-    DLQ filtered by ``worker`` and ``failure_reason: Zombie`` (preview first, as always)."""
+    """The zombies one worker left (docs/steps.md): decide for those still in the DLQ with a bulk
+    action filtered by ``worker`` and ``failure_reason: Zombie`` (preview first, as always). Those
+    that the sweep retried or that left the DLQ since (within Recovery.WorkerRetention) still count."""
 
     worker_id: str | None
-    jobs: int
+    jobs: int = Field(description="all its zombies: retried + undecided + resurrected + purged + verified")
+    retried: int = Field(description="sent back to Pending by the sweep (retry_zombies): they never reached the DLQ")
+    undecided: int = Field(description="in the DLQ now: they need a decision")
+    resurrected: int = Field(description="left the DLQ by a resurrect (resume or from scratch)")
+    purged: int = Field(description="purged from the DLQ")
+    verified: int = Field(description="judged by the handler's verify: archived (done) or back to Pending (not done)")
     last_seen_utc: str | None = Field(description="the last heartbeat of any of its jobs")
     first_failed_utc: str | None
     last_failed_utc: str | None
-    inside_step: int = Field(description="stopped inside a step: a start never confirmed")
-    between_steps: int = Field(description="every step it recorded had finished")
-    without_steps: int = Field(description="no step journal")
-    sample_ids: list[str]
+    inside_step: int = Field(description="undecided ones stopped inside a step: a start never confirmed")
+    between_steps: int = Field(description="undecided ones whose every recorded step had finished")
+    without_steps: int = Field(description="undecided ones without a step journal")
+    sample_ids: list[str] = Field(description="undecided ones, up to 20")
 
 
 class IncidentsOut(BaseModel):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Query, Request
@@ -137,9 +137,12 @@ def _selection(body: BulkIn) -> Selection:
 
 @router.get("/incidents", response_model=IncidentsOut, responses=ERRORS)
 def list_incidents(request: Request, who: Viewer) -> IncidentsOut:
-    """Crash incidents: the zombies in the DLQ grouped by the worker that held them, newest first,
-    with how many stopped inside a step, between steps, or without steps."""
-    found, capped = crash_incidents(chokaq_app(request).storage)
+    """Crash incidents: the zombies each worker left, newest first: how many are still in the DLQ
+    (stopped inside a step, between steps, or without steps) and how many left it since, by what."""
+    app = chokaq_app(request)
+    found, capped = crash_incidents(
+        app.storage, resolved_within=timedelta(seconds=app.settings.recovery.worker_retention)
+    )
     items = [
         IncidentOut.model_validate({k: iso(v) if isinstance(v, datetime) else v for k, v in vars(i).items()})
         for i in found

@@ -347,9 +347,10 @@ def dlq_resurrect(
 @pass_ctx
 @friendly_errors
 def dlq_incidents(c: Ctx) -> None:
-    """Crash incidents: the zombies in the DLQ grouped by the worker that held them (JSON). Decide
-    for one with `dlq resurrect|purge --filter-worker W --filter-reason Zombie` (previewed first)."""
-    found, capped = crash_incidents(c.app.storage)
+    """Crash incidents: the zombies each worker left, still in the DLQ or taken out since (JSON).
+    Decide for one with `dlq resurrect|purge --filter-worker W --filter-reason Zombie` (previewed first)."""
+    within = timedelta(seconds=c.app.settings.recovery.worker_retention)
+    found, capped = crash_incidents(c.app.storage, resolved_within=within)
     items = [{k: (v.isoformat() + "Z" if isinstance(v, datetime) else v) for k, v in vars(i).items()} for i in found]
     click.echo(json.dumps({"items": items, "capped": capped}, indent=2))
 

@@ -222,12 +222,12 @@ def job() -> None:
 
 @job.command("show")
 @click.argument("job_id")
-@click.option("--logs", "as_text", is_flag=True, help="Print its attempts, progress and log lines as text instead.")
+@click.option("--logs", "as_text", is_flag=True, help="Print its attempts, steps, progress and logs as text instead.")
 @app_option
 @pass_ctx
 @friendly_errors
 def job_show(c: Ctx, job_id: str, as_text: bool) -> None:
-    """Print the job as JSON (hot, archive or DLQ), with its attempts, logs and progress."""
+    """Print the job as JSON (hot, archive or DLQ), with its attempts, steps, logs and progress."""
     record = c.app.storage.get_job(job_id)
     if record is None:
         click.echo(f"error: no job {job_id!r} in hot, archive or DLQ", err=True)

@@ -91,6 +91,9 @@ def check_name(name: object) -> str:
         raise StepInputError("a step name must not start or end with whitespace")
     if "\x00" in name:
         raise StepInputError("a step name must not contain NUL")
+    if any(0xD800 <= ord(ch) <= 0xDFFF for ch in name):
+        # No driver encodes one: the write would fail with the driver's codec error instead.
+        raise StepInputError("a step name must be valid Unicode (no lone surrogate)")
     return name
 
 

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import inspect
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -84,7 +84,7 @@ class ChokaQ:
         schedule: str | None = None,
         tz: str = "UTC",
         breaker: BreakerPolicy | bool | None = None,
-        verify: Callable[[Any, list[StepRecord]], Verdict] | None = None,
+        verify: Callable[[Any, list[StepRecord]], Verdict | Awaitable[Verdict]] | None = None,
     ) -> Callable[[Callable[Params, R]], JobHandle[M, Params, R]]: ...
 
     @overload
@@ -101,7 +101,7 @@ class ChokaQ:
         schedule: str | None = None,
         tz: str = "UTC",
         breaker: BreakerPolicy | bool | None = None,
-        verify: Callable[[Any, list[StepRecord]], Verdict] | None = None,
+        verify: Callable[[Any, list[StepRecord]], Verdict | Awaitable[Verdict]] | None = None,
     ) -> Callable[[Callable[Params, R]], JobHandle[Any, Params, R]]: ...
 
     def job(
@@ -117,7 +117,7 @@ class ChokaQ:
         schedule: str | None = None,
         tz: str = "UTC",
         breaker: BreakerPolicy | bool | None = None,
-        verify: Callable[[Any, list[StepRecord]], Verdict] | None = None,
+        verify: Callable[[Any, list[StepRecord]], Verdict | Awaitable[Verdict]] | None = None,
     ) -> Callable[[Callable[Params, R]], JobHandle[Any, Params, R]]:
         """Register a handler for job type ``name``; returns its typed handle (:class:`JobHandle`:
         ``handle.enqueue(payload)``, and calling it calls the handler).
@@ -134,7 +134,8 @@ class ChokaQ:
 
         ``verify(payload, steps)``: for a zombie of this type, where this handler is loaded (a
         worker's own sweep), says ``"done"`` (the job moves to the archive), ``"not_done"`` (back to
-        Pending) or ``"unknown"`` (left in the DLQ); each verdict audited (docs/steps.md).
+        Pending) or ``"unknown"`` (left in the DLQ); each verdict audited (docs/steps.md). A plain
+        function or an ``async def``.
         """
         if verify is not None and not callable(verify):
             raise ValueError("verify must be a function (payload, steps) -> 'done' | 'not_done' | 'unknown'")

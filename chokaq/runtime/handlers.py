@@ -124,7 +124,7 @@ class Handler:
     breaker: BreakerPolicy | bool | None = None
     # For a zombie, where this handler is loaded (a worker's own sweep): done / not_done / unknown,
     # from the payload and the step journal (runtime/verify.py, docs/steps.md).
-    verify: Callable[[Any, list[Any]], str] | None = None
+    verify: Callable[[Any, list[Any]], Any] | None = None  # an answer, or an awaitable of one
 
     def parse_payload(self, text: str) -> Any:
         if self.payload_model is not None:

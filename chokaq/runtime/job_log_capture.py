@@ -10,6 +10,11 @@ the context its thread runs in (a plain function, see execution.py), so a record
 handler emitted it however many run at once, and the worker's own records (before or after the
 handler) never do. Tasks and threads the handler starts with its context carry the job too.
 
+chokaq's own records (loggers ``chokaq`` and ``chokaq.*``) are never kept, even inside a handler:
+chokaq's code runs in the handler's context when a thread handler records a step or resolves one
+(``with ctx.step``), and what it logs there (a transient database error replayed) is the
+operator's concern, in the process's log, not a line the handler wrote.
+
 Only records a logger lets through are made at all: a logger (or the root) set above
 Execution.JobLogLevel keeps its records from the job as from every handler.
 """
@@ -36,7 +41,7 @@ class JobLogHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         ctx = CURRENT_JOB.get()
-        if ctx is None:
+        if ctx is None or _chokaqs_own(record.name):
             return
         limits = ctx._log_limits
         if limits is not None and record.levelno < limits.level:
@@ -50,6 +55,10 @@ class JobLogHandler(logging.Handler):
         except Exception:
             # Capturing must never fail the handler's own logging call, nor log about itself.
             return
+
+
+def _chokaqs_own(logger: str) -> bool:
+    return logger.startswith("chokaq") and (len(logger) == 6 or logger[6] == ".")
 
 
 _handler = JobLogHandler()

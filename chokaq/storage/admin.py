@@ -20,6 +20,7 @@ from chokaq.domain.states import FailureReason, JobStatus, Location
 from chokaq.domain.steps import ResurrectSteps
 from chokaq.storage.admin_types import Actor, BulkResult, JobEdit, JobFilter, Page, parse_snapshot, snapshot_text
 from chokaq.storage.cancel import cancel_jobs
+from chokaq.storage.incidents import LEAVING, zombies_leaving
 from chokaq.storage.listing import SORTS, TABLES, TIME_COLUMN, JobListing, contains
 from chokaq.storage.moving import bump_stats, move_rows
 from chokaq.storage.queues import UNSET, Override
@@ -237,6 +238,7 @@ class AdminStore(JobListing):
                 details.update(self._diff(dlq_record(before), edit))
             edited = edit is not None and edit.payload is not None
             details.update(journal_at_resurrect(c, [job_id], steps, edited=edited, keep_steps=keep_steps))
+            details.update(zombies_leaving(rows))
             self.audit(c, actor, "dlq.resurrect", [job_id], details)
             notify(c, rows[0]["Queue"])
             return hot_record(c.execute(select(jobs_hot).where(jobs_hot.c.Id == job_id)).one())
@@ -342,7 +344,7 @@ class AdminStore(JobListing):
             moved = mover(c, and_(jobs_dlq.c.Id.in_(chosen), *where_extra))
             moved_set = set(moved)
             details = (
-                {"filter": _filter_json(f), "expected_count": expected_count, "snapshot": snapshot}
+                {"filter": f.as_json(), "expected_count": expected_count, "snapshot": snapshot}
                 if f is not None
                 else None
             )
@@ -371,8 +373,9 @@ class AdminStore(JobListing):
         more: dict[str, Any] = {}
 
         def mover(c: Connection, where: ColumnElement[bool]) -> list[str]:
-            moved = [r["Id"] for r in self._resurrect_rows(c, where, actor)]
-            more.update(journal_at_resurrect(c, moved, steps, edited=False, keep_steps=False))
+            rows = self._resurrect_rows(c, where, actor)
+            moved = [r["Id"] for r in rows]
+            more.update(journal_at_resurrect(c, moved, steps, edited=False, keep_steps=False), **zombies_leaving(rows))
             return moved
 
         return self._bulk("dlq.resurrect", ids, f, max_jobs, actor, dry_run, mover, expected_count, snapshot, more)
@@ -388,12 +391,16 @@ class AdminStore(JobListing):
         expected_count: int | None = None,
         snapshot: str | None = None,
     ) -> BulkResult:
+        more: dict[str, Any] = {}
+
         def mover(c: Connection, where: ColumnElement[bool]) -> list[str]:
-            purged = [r[0] for r in c.execute(delete(jobs_dlq).where(where).returning(jobs_dlq.c.Id)).all()]
+            rows = [dict(r._mapping) for r in c.execute(delete(jobs_dlq).where(where).returning(*LEAVING)).all()]
+            purged = [r["Id"] for r in rows]
             delete_steps(c, purged)  # the journal goes with its job
+            more.update(zombies_leaving(rows))
             return purged
 
-        return self._bulk("dlq.purge", ids, f, max_jobs, actor, dry_run, mover, expected_count, snapshot)
+        return self._bulk("dlq.purge", ids, f, max_jobs, actor, dry_run, mover, expected_count, snapshot, more)
 
     # ------------------------------------------------------------------ cancel and retention
     def cancel(
@@ -467,22 +474,6 @@ class AdminStore(JobListing):
             return info
 
         return self.storage.write(work, op="queue_update")
-
-
-def _filter_json(f: JobFilter | None) -> dict[str, Any] | None:
-    if f is None:
-        return None
-    out: dict[str, Any] = {}
-    for k, v in f.__dict__.items():
-        if v is None:
-            continue
-        if isinstance(v, FailureReason):
-            out[k] = v.label
-        elif isinstance(v, JobStatus):
-            out[k] = v.name.capitalize()
-        else:
-            out[k] = v
-    return out
 
 
 def _history_at_resurrect(row: dict[str, Any], by: str, at: datetime) -> str:

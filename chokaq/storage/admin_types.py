@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from chokaq.domain import limits
 from chokaq.domain.errors import JobValidationError
@@ -23,6 +24,20 @@ class JobFilter:
     search: str | None = None
     min_attempts: int | None = None  # jobs that needed at least this many attempts (2: more than one)
     worker: str | None = None  # the worker that last ran the job
+
+    def as_json(self) -> dict[str, Any]:
+        """The filter as its audit row records it: the fields given, states by their names."""
+        out: dict[str, Any] = {}
+        for k, v in self.__dict__.items():
+            if v is None:
+                continue
+            if isinstance(v, FailureReason):
+                out[k] = v.label
+            elif isinstance(v, JobStatus):
+                out[k] = v.name.capitalize()
+            else:
+                out[k] = v
+        return out
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from sqlalchemy import Connection
 
 from chokaq.domain.models import SweepResult
 from chokaq.storage import statements as st
+from chokaq.storage.incidents import audit_zombie_retries
 from chokaq.storage.moving import bump_stats, run_move
 from chokaq.storage.transactions import Transactions
 
@@ -29,11 +30,6 @@ def sweep(tx: Transactions, fetched_timeout: float, zombie_timeout: float, max_a
     def recover(c: Connection) -> int:
         return int(c.execute(stmts.recover).rowcount or 0)
 
-    def retry(c: Connection) -> int:
-        retried = c.execute(stmts.retry).all()
-        bump_stats(c, st.RETRIED, Counter(r[0] for r in retried))
-        return len(retried)
-
     def bury(c: Connection) -> list[str]:
         ids = [r[0] for r in c.execute(stmts.zombie_ids).all()]
         if not ids:
@@ -49,7 +45,7 @@ def sweep(tx: Transactions, fetched_timeout: float, zombie_timeout: float, max_a
                 return total
 
     recovered = loop(recover, "sweep_recover")
-    retried = loop(retry, "sweep_retry")
+    retried = _retry(tx, stmts, size)
     zombie_ids: list[str] = []
     while True:
         batch = tx.write(bury, op="sweep_zombies")
@@ -57,3 +53,26 @@ def sweep(tx: Transactions, fetched_timeout: float, zombie_timeout: float, max_a
         if len(batch) < size:
             break
     return SweepResult(recovered=recovered, archived=len(zombie_ids), retried_zombies=retried, zombie_ids=zombie_ids)
+
+
+def _retry(tx: Transactions, stmts: st.SweepStatements, size: int) -> int:
+    """The expired jobs of ZombieRetry types back to Pending, a batch per transaction, each batch
+    audited with the workers that held its jobs (their crash incidents count them)."""
+
+    def batch(c: Connection) -> tuple[int, int]:
+        """(jobs chosen, jobs retried): one whose heartbeat came in between is left where it is."""
+        chosen = {r[0]: dict(r._mapping) for r in c.execute(stmts.retry_ids).all()}
+        if not chosen:
+            return 0, 0
+        retried = c.execute(stmts.retry, {"retry_ids": list(chosen)}).all()
+        if retried:
+            audit_zombie_retries(c, [chosen[r[0]] for r in retried])
+            bump_stats(c, st.RETRIED, Counter(r[1] for r in retried))
+        return len(chosen), len(retried)
+
+    total = 0
+    while True:
+        chosen, retried = tx.write(batch, op="sweep_retry")
+        total += retried
+        if chosen < size:
+            return total

@@ -13,6 +13,7 @@ from sqlalchemy import Connection, and_
 from chokaq.domain.states import FailureReason
 from chokaq.domain.steps import VERDICTS, Verdict
 from chokaq.storage.admin_types import Actor
+from chokaq.storage.incidents import zombies_leaving
 from chokaq.storage.moving import bump_stats, move_rows
 from chokaq.storage.schema import jobs_archive, jobs_dlq
 from chokaq.storage.sqlfuncs import utcnow
@@ -47,7 +48,9 @@ def settle_verdict(admin: AdminStore, job_id: str, verdict: Verdict, note: str |
             rows = [dict(r._mapping) for r in c.execute(jobs_dlq.select().where(zombie)).all()]
         if not rows:
             return False
-        admin.audit(c, SYSTEM_VERIFY, "dlq.verify", [job_id], details)
+        # A job that left the DLQ stays counted in its crash incident (storage/incidents.py).
+        extra = zombies_leaving(rows) if verdict != "unknown" else {}
+        admin.audit(c, SYSTEM_VERIFY, "dlq.verify", [job_id], {**details, **extra})
         return True
 
     settled = admin.storage.write(work, op="verify")

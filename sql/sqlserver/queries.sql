@@ -151,9 +151,9 @@ FROM chokaq.[JobsHot]
 WHERE chokaq.[JobsHot].[Status] = 1 AND chokaq.[JobsHot].[LastUpdatedUtc] < DATEADD(SECOND, CAST(FLOOR(CAST(:param_2 AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:param_2 AS FLOAT)) - FLOOR(CAST(:param_2 AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME()))) AND chokaq.[JobsHot].[Status] = 1 AND chokaq.[JobsHot].[LastUpdatedUtc] < DATEADD(SECOND, CAST(FLOOR(CAST(:param_2 AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:param_2 AS FLOAT)) - FLOOR(CAST(:param_2 AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME()))
 GO
 
--- name: sweep_retry
--- sweep: expired heartbeats of ZombieRetry jobs -> Pending, one batch
-UPDATE chokaq.[JobsHot] SET [Status]=0, [WorkerId]=NULL, [HeartbeatUtc]=NULL, [ScheduledAtUtc]=SYSUTCDATETIME(), [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Queue] WHERE chokaq.[JobsHot].[Id] IN (SELECT TOP 1000 chokaq.[JobsHot].[Id]
+-- name: sweep_retry_ids
+-- sweep: the ids (and workers) of expired ZombieRetry jobs, one batch
+SELECT TOP 1000 chokaq.[JobsHot].[Id], chokaq.[JobsHot].[WorkerId], chokaq.[JobsHot].[HeartbeatUtc]
 FROM chokaq.[JobsHot]
 WHERE chokaq.[JobsHot].[Status] = 2 AND coalesce(chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[LastUpdatedUtc]) < DATEADD(SECOND, CAST(FLOOR(-coalesce((SELECT chokaq.[Queues].[ZombieTimeoutSeconds]
 FROM chokaq.[Queues]
@@ -161,13 +161,18 @@ WHERE chokaq.[Queues].[Name] = chokaq.[JobsHot].[Queue]), CAST(:param_2 AS FLOAT
 FROM chokaq.[Queues]
 WHERE chokaq.[Queues].[Name] = chokaq.[JobsHot].[Queue]), CAST(:param_2 AS FLOAT))) - FLOOR(-coalesce((SELECT chokaq.[Queues].[ZombieTimeoutSeconds]
 FROM chokaq.[Queues]
-WHERE chokaq.[Queues].[Name] = chokaq.[JobsHot].[Queue]), CAST(:param_2 AS FLOAT)))) * 1000 AS INT), SYSUTCDATETIME())) AND chokaq.[JobsHot].[ZombieRetry] = 1 AND chokaq.[JobsHot].[AttemptCount] < 3) AND chokaq.[JobsHot].[Status] = 2 AND coalesce(chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[LastUpdatedUtc]) < DATEADD(SECOND, CAST(FLOOR(-coalesce((SELECT chokaq.[Queues].[ZombieTimeoutSeconds]
-FROM chokaq.[Queues]
-WHERE chokaq.[Queues].[Name] = chokaq.[JobsHot].[Queue]), CAST(:param_2 AS FLOAT))) AS INT), DATEADD(MILLISECOND, CAST(((-coalesce((SELECT chokaq.[Queues].[ZombieTimeoutSeconds]
-FROM chokaq.[Queues]
-WHERE chokaq.[Queues].[Name] = chokaq.[JobsHot].[Queue]), CAST(:param_2 AS FLOAT))) - FLOOR(-coalesce((SELECT chokaq.[Queues].[ZombieTimeoutSeconds]
-FROM chokaq.[Queues]
 WHERE chokaq.[Queues].[Name] = chokaq.[JobsHot].[Queue]), CAST(:param_2 AS FLOAT)))) * 1000 AS INT), SYSUTCDATETIME())) AND chokaq.[JobsHot].[ZombieRetry] = 1 AND chokaq.[JobsHot].[AttemptCount] < 3
+GO
+
+-- name: sweep_retry
+-- sweep: those jobs -> Pending, checked again (then audited per worker)
+UPDATE chokaq.[JobsHot] SET [Status]=0, [WorkerId]=NULL, [HeartbeatUtc]=NULL, [ScheduledAtUtc]=SYSUTCDATETIME(), [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id], inserted.[Queue] WHERE chokaq.[JobsHot].[Id] IN (SELECT CAST([value] AS VARCHAR(50)) COLLATE Latin1_General_100_BIN2 FROM OPENJSON(CAST(:retry_ids AS NVARCHAR(max)))) AND chokaq.[JobsHot].[Status] = 2 AND coalesce(chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[LastUpdatedUtc]) < DATEADD(SECOND, CAST(FLOOR(-coalesce((SELECT chokaq.[Queues].[ZombieTimeoutSeconds]
+FROM chokaq.[Queues]
+WHERE chokaq.[Queues].[Name] = chokaq.[JobsHot].[Queue]), CAST(:param_1 AS FLOAT))) AS INT), DATEADD(MILLISECOND, CAST(((-coalesce((SELECT chokaq.[Queues].[ZombieTimeoutSeconds]
+FROM chokaq.[Queues]
+WHERE chokaq.[Queues].[Name] = chokaq.[JobsHot].[Queue]), CAST(:param_1 AS FLOAT))) - FLOOR(-coalesce((SELECT chokaq.[Queues].[ZombieTimeoutSeconds]
+FROM chokaq.[Queues]
+WHERE chokaq.[Queues].[Name] = chokaq.[JobsHot].[Queue]), CAST(:param_1 AS FLOAT)))) * 1000 AS INT), SYSUTCDATETIME())) AND chokaq.[JobsHot].[ZombieRetry] = 1 AND chokaq.[JobsHot].[AttemptCount] < 3
 GO
 
 -- name: sweep_zombie_ids

@@ -51,7 +51,7 @@ def test_twenty_zombies_of_one_killed_worker_are_one_incident(db_url: str, tmp_p
     ops = HEADERS["operator"]
     with TestClient(create_api(app)) as client:
         (incident,) = client.get("/api/dlq/incidents", headers=HEADERS["viewer"]).json()["items"]
-        assert incident["worker_id"] == worker_id and incident["jobs"] == 20
+        assert incident["worker_id"] == worker_id and incident["jobs"] == incident["undecided"] == 20
         assert (incident["inside_step"], incident["between_steps"], incident["without_steps"]) == (10, 10, 0)
         assert incident["last_seen_utc"] and len(incident["sample_ids"]) == 20
         # The CLI prints the same incident.
@@ -80,5 +80,8 @@ def test_twenty_zombies_of_one_killed_worker_are_one_incident(db_url: str, tmp_p
             json={**body, "expected_count": again["matched"], "snapshot": again["snapshot"]},
         )
         assert done.status_code == 200 and done.json()["affected"] == 21
-        assert client.get("/api/dlq/incidents", headers=HEADERS["viewer"]).json()["items"] == []
+        # Decided, the incident stays on the record: 21 zombies, all resurrected, none undecided.
+        (after,) = client.get("/api/dlq/incidents", headers=HEADERS["viewer"]).json()["items"]
+        assert (after["worker_id"], after["jobs"], after["undecided"], after["resurrected"]) == (worker_id, 21, 0, 21)
+        assert after["sample_ids"] == [] and after["last_seen_utc"] == incident["last_seen_utc"]
     app.close()

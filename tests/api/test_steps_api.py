@@ -65,9 +65,10 @@ def test_resurrect_resumes_by_default_and_audits_the_choice(app: ChokaQ, client:
     r = client.post(f"/api/dlq/{job_id}/resurrect", headers=OPS)
     assert r.status_code == 200, r.text
     assert [(st["name"], st["state"]) for st in r.json()["steps"]] == [("charge", "done"), ("email", "started")]
-    assert audits(app) == [
-        {"failure_reason": "Zombie", "steps": "resume", "journal_steps": 2, "actor": "ops@example.com"}
-    ]
+    (audit,) = audits(app)
+    zombies = audit.pop("zombies")  # for its crash incident (storage/incidents.py)
+    assert audit == {"failure_reason": "Zombie", "steps": "resume", "journal_steps": 2, "actor": "ops@example.com"}
+    assert [(z["worker"], z["jobs"]) for z in zombies] == [("w-crashed", 1)]
 
 
 def test_resurrect_from_scratch_clears_the_journal(app: ChokaQ, client: TestClient) -> None:
@@ -127,3 +128,33 @@ def test_purge_and_retention_take_the_journal_with_the_job(app: ChokaQ, client: 
     assert states(app, expired) == [] and len(states(app, young)) == 2
     left = app.storage.read(lambda c: {r[0] for r in c.execute(select(job_steps.c.JobId)).all()})
     assert left == {young}
+
+
+def test_job_show_logs_prints_the_journal_as_text(app: ChokaQ, db_url: str) -> None:
+    """`chokaq job show ID --logs` (a real subprocess) prints each step beside the attempts and log
+    lines: what an operator at a terminal decides a zombie with. A step name is the handler's text:
+    a terminal control in it is printed as a visible escape."""
+    from tests.acceptance.conftest import run_cli
+
+    s = app.storage
+    job_id = enqueue(s)
+    rec = run_one(s, job_id, worker="w-crashed")
+    assert start_step(s, rec.lease, "charge", again=False)
+    assert finish_step(s, rec.lease, "charge", '{"charge":"ch_1"}')
+    assert start_step(s, rec.lease, "email\x1b[2J", again=False)
+    assert s.fail(rec.lease, FailureReason.ZOMBIE, "Zombie detected: heartbeat expired")
+    bare = enqueue(s)
+
+    out = run_cli(db_url, "job", "show", job_id, "--logs")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    at = lines.index("steps:")
+    charge, email = lines[at + 1], lines[at + 2]
+    assert charge.startswith("  charge: done · attempt 1 on w-crashed · ") and charge.endswith(' · {"charge": "ch_1"}')
+    assert email.startswith("  email\\u001b[2J: started, never confirmed (outcome unknown) · attempt 1 on w-crashed")
+    assert "\x1b" not in out.stdout
+    assert lines.index("steps:") < lines.index("logs: none")
+    # A job without a journal says so; the JSON form carries the same steps.
+    assert "steps: none recorded" in run_cli(db_url, "job", "show", bare, "--logs").stdout
+    shown = json.loads(run_cli(db_url, "job", "show", job_id).stdout)
+    assert [(x["name"], x["state"]) for x in shown["steps"]] == [("charge", "done"), ("email\x1b[2J", "started")]

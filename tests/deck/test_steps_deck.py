@@ -91,8 +91,14 @@ def test_an_incident_is_resumed_as_one_previewed_decision(deck: DeckEnv, page: A
     expect(dialog).to_contain_text("worker = host-a")
     expect(dialog).to_contain_text("2 jobs match this filter")
     dialog.get_by_test_id("confirm-ok").click()
-    expect(rows).to_have_count(1)
-    expect(page.locator('[data-testid="incident-row"][data-worker="host-b"]')).to_be_visible()
+    # Decided, the incident stays on the record: its two zombies, resurrected, nothing left to decide.
+    expect(a).to_have_attribute("data-open", "no")
+    expect(a.get_by_test_id("incident-taken")).to_have_text("2 resurrected")
+    expect(a.get_by_test_id("incident-resume")).to_have_count(0)
+    expect(rows).to_have_count(2)
+    b = page.locator('[data-testid="incident-row"][data-worker="host-b"]')
+    expect(b).to_have_attribute("data-open", "yes")
+    expect(b.get_by_test_id("incident-resume")).to_be_visible()
     for job_id in first:
         rec = storage.get_job(job_id)
         assert rec is not None and rec.location is Location.HOT

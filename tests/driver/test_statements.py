@@ -229,8 +229,15 @@ def test_the_sweep_moves_rows_first_counters_last_in_bounded_batches(recorder: R
         abandoned = r"^UPDATE chokaq\.\[JobsHot\] SET \[Status\]=0, \[WorkerId\]=NULL, \[LastUpdatedUtc\]"
         recorder.answer(abandoned, rowcount=2)
         recorder.answer(abandoned, rowcount=1)
-        # Phase 2 (zombies with ZombieRetry): a full batch of two, then none.
-        recorder.answer(r"SET \[Status\]=0, \[WorkerId\]=NULL, \[HeartbeatUtc\]=NULL", [("a",), ("b",)], ["Queue"])
+        # Phase 2 (zombies with ZombieRetry): a full batch of two (ids and workers, then the retry
+        # by those ids, audited), then none.
+        retry_ids = r"^SELECT TOP 2 chokaq\.\[JobsHot\]\.\[Id\], chokaq\.\[JobsHot\]\.\[WorkerId\]"
+        recorder.answer(
+            retry_ids, [("01R1", "w-dead", None), ("01R2", "w-dead", None)], ["Id", "WorkerId", "HeartbeatUtc"]
+        )
+        recorder.answer(r"SET \[Status\]=0, \[WorkerId\]=NULL, \[HeartbeatUtc\]=NULL", [("01R1", "a"), ("01R2", "b")],
+                        ["Id", "Queue"])  # fmt: skip
+        recorder.answer(retry_ids, [], ["Id", "WorkerId", "HeartbeatUtc"])
         # Phase 3 (zombies to the DLQ): two ids, moved; then one.
         recorder.answer(r"^SELECT TOP 2 chokaq\.\[JobsHot\]\.\[Id\]", [("01Z1",), ("01Z2",)], ["Id"])
         recorder.answer(r"^SET NOCOUNT ON", [("01Z1", "a"), ("01Z2", "b")], ["Id", "Queue"])
@@ -250,7 +257,8 @@ def test_the_sweep_moves_rows_first_counters_last_in_bounded_batches(recorder: R
             # Bounded: every statement names at most one batch.
             for c in tx:
                 if touched(c.sql) == "jobs":
-                    assert "TOP 2 " in c.sql or "@moved" in c.sql, c.sql[:200]
+                    # (the retry names the ids a TOP 2 chose, as one JSON list)
+                    assert "TOP 2 " in c.sql or "@moved" in c.sql or "OPENJSON" in c.sql, c.sql[:200]
         # Zombies move inside the database: no payload comes out (DELETE ... OUTPUT deleted.[Payload])
         # and none goes back in as a parameter.
         for c in recorder.statements:
@@ -259,6 +267,12 @@ def test_the_sweep_moves_rows_first_counters_last_in_bounded_batches(recorder: R
         moves = [c for c in recorder.statements if c.sql.startswith("SET NOCOUNT ON")]
         assert len(moves) == 2
         assert "INSERT INTO chokaq.[JobsDLQ]" in moves[0].sql and "'Zombie detected: heartbeat expired" in moves[0].sql
+        # The retried batch: its ids bound as one JSON parameter, and one audit row naming their worker.
+        retry = next(c for c in recorder.statements if "[HeartbeatUtc]=NULL" in c.sql)
+        assert "OPENJSON" in retry.sql and '["01R1", "01R2"]' in retry.params[0]
+        (audit,) = [c for c in recorder.statements if c.sql.startswith("INSERT INTO chokaq.[AuditLog]")]
+        assert "sweep.zombie_retry" in audit.params[0] and "system:sweep" in audit.params[0]
+        assert any(isinstance(p, str) and '"worker": "w-dead", "jobs": 2' in p for p in audit.params[0])
     finally:
         s.close()
 

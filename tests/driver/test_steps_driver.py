@@ -98,10 +98,21 @@ def test_the_journal_is_one_read(mssql: Storage, recorder: Recorder) -> None:
 
 def test_a_purge_removes_the_journals_of_the_purged_jobs_in_its_transaction(mssql: Storage, recorder: Recorder) -> None:
     recorder.answer(r"^SELECT chokaq\.\[JobsDLQ\]\.\[Id\]", [("01A",), ("01B",)], ["Id"])
-    recorder.answer(r"^DELETE FROM chokaq\.\[JobsDLQ\]", [("01A",), ("01B",)], ["Id"])
+    failed, seen = datetime(2026, 12, 3, 14, 2, 30), datetime(2026, 12, 3, 14, 2, 11)
+    purged = [("01A", "w-x", int(FailureReason.ZOMBIE), failed, seen), ("01B", "w-x", 1, failed, None)]
+    recorder.answer(
+        r"^DELETE FROM chokaq\.\[JobsDLQ\]", purged, ["Id", "WorkerId", "FailureReason", "FailedAtUtc", "HeartbeatUtc"]
+    )
     recorder.answer(r"^DELETE FROM chokaq\.\[JobSteps\]", rowcount=3)
     res = AdminStore(mssql).purge_dlq(Actor("ops", "admin"), ids=["01A", "01B"])
     assert res.affected == 2
+    # The DELETE returns what the crash incidents need of each row (one statement still), and the
+    # audit row records the zombie among them under its worker (storage/incidents.py).
+    gone = next(c for c in recorder.statements if c.sql.startswith("DELETE FROM chokaq.[JobsDLQ]"))
+    assert "OUTPUT deleted.[Id], deleted.[WorkerId], deleted.[FailureReason], deleted.[FailedAtUtc], " in gone.sql
+    audit = next(c for c in recorder.statements if c.sql.startswith("INSERT INTO chokaq.[AuditLog]"))
+    details = next(p for p in audit.params[0] if isinstance(p, str) and p.startswith("{"))
+    assert '"zombies": [{"worker": "w-x", "jobs": 1, "first_failed": "2026-12-03T14:02:30"' in details
     journal = next(c for c in recorder.statements if c.sql.startswith("DELETE FROM chokaq.[JobSteps]"))
     assert "IN (SELECT CAST([value] AS VARCHAR(50))" in journal.sql and "OPENJSON" in journal.sql
     assert journal.params == [('["01A", "01B"]',)] and journal.describes == 0
@@ -149,3 +160,26 @@ def test_a_done_verdict_moves_the_zombie_to_the_archive_in_one_transaction(mssql
     assert all(
         c.describes == 0 for c in recorder.statements if not c.sql.startswith("INSERT INTO chokaq.[JobsArchive]")
     )
+
+
+def test_the_incidents_read_the_zombies_in_the_dlq_and_those_the_audit_log_saw_leave(
+    mssql: Storage, recorder: Recorder
+) -> None:
+    from chokaq.storage import crash_incidents
+
+    failed = datetime(2026, 12, 3, 14, 2, 30)
+    recorder.answer(r"^SELECT TOP 10001 chokaq\.\[JobsDLQ\]", [("01Z", "w-x", failed, failed, None, None)],
+                    ["Id", "WorkerId", "HeartbeatUtc", "FailedAtUtc", "n", "started"])  # fmt: skip
+    left = '{"zombies": [{"worker": "w-x", "jobs": 3, "first_failed": "2026-12-03T14:02:29", "last_seen": null}]}'
+    recorder.answer(r"^SELECT TOP 10001 chokaq\.\[AuditLog\]", [("dlq.purge", left)], ["Action", "Details"])
+    (incident,), capped = crash_incidents(mssql)
+    assert not capped
+    assert (incident.worker_id, incident.jobs, incident.undecided, incident.purged) == ("w-x", 4, 1, 3)
+    assert incident.first_failed_utc == datetime(2026, 12, 3, 14, 2, 29) and incident.last_failed_utc == failed
+    read = next(c for c in recorder.statements if "chokaq.[AuditLog]" in c.sql)
+    assert (
+        "[Action] IN (?, ?, ?, ?) AND chokaq.[AuditLog].[AtUtc] >= ? AND chokaq.[AuditLog].[Details] LIKE ?" in read.sql
+    )
+    assert read.params[0][:4] == ("dlq.resurrect", "dlq.purge", "dlq.verify", "sweep.zombie_retry")
+    assert read.params[0][5] == '%"zombies":%'
+    assert size_of(read, '%"zombies":%') == SQL_WVARCHAR and read.describes == 0

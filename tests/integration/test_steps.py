@@ -119,6 +119,9 @@ BAD: list[tuple[str, Any, Any, str]] = [
     ("blank name", "   ", None, "must not be empty"),
     ("long name", "x" * (MAX_STEP_NAME_LEN + 1), None, f"at most {MAX_STEP_NAME_LEN} characters"),
     ("not a string", 7, None, "is a string"),
+    ("spaces around", " s", None, "start or end with whitespace"),
+    ("NUL in the name", "s\x00", None, "must not contain NUL"),
+    ("lone surrogate in the name", "s\udc80", None, "lone surrogate"),
     ("not JSON", "s", {1, 2}, "must be JSON"),
     ("NaN", "s", float("nan"), "must be JSON"),
     ("too large", "s", "x" * MAX_STEP_RESULT_CHARS, f"at most {MAX_STEP_RESULT_CHARS} characters"),
@@ -127,9 +130,9 @@ BAD: list[tuple[str, Any, Any, str]] = [
 
 @pytest.mark.parametrize(("case", "name", "result", "message"), BAD, ids=[b[0] for b in BAD])
 def test_bad_names_and_results_are_refused_in_the_handler(
-    sqlite_url: str, run_worker: Any, case: str, name: Any, result: Any, message: str
+    db_url: str, run_worker: Any, case: str, name: Any, result: Any, message: str
 ) -> None:
-    app = make_app(sqlite_url, retry={"max_attempts": 1})
+    app = make_app(db_url, retry={"max_attempts": 1})
     errors: list[BaseException] = []
 
     @app.job("bad_step")
@@ -149,6 +152,30 @@ def test_bad_names_and_results_are_refused_in_the_handler(
     assert journal == ([] if result is None else [("s", 1, "started", None)])
 
 
+@pytest.mark.parametrize(("case", "name", "result", "message"), BAD[::3], ids=[b[0] for b in BAD[::3]])
+def test_a_thread_handler_meets_the_same_refusals(
+    db_url: str, run_worker: Any, case: str, name: Any, result: Any, message: str
+) -> None:
+    app = make_app(db_url, retry={"max_attempts": 1})
+    errors: list[str] = []
+
+    @app.job("bad_step")
+    def bad(payload: dict[str, Any], ctx: JobContext) -> None:
+        for call in (lambda: ctx.step(name, lambda: result).run(), lambda: ctx.step("s", lambda: 1).run()):
+            try:
+                call()
+            except StepInputError as exc:
+                errors.append(str(exc))
+
+    job_id = _archived(app, run_worker, "bad_step")
+    if result is None:  # a bad name: refused, then "s" runs as a first step
+        assert len(errors) == 1 and message in errors[0]
+        assert _journal(app.storage, job_id) == [("s", 1, "done", 1)]
+    else:  # a bad result: its start stays (the function ran), and "s" is refused as a repeat
+        assert len(errors) == 2 and message in errors[0] and "already ran in this run" in errors[1]
+        assert _journal(app.storage, job_id) == [("s", 1, "started", None)]
+
+
 @pytest.mark.parametrize(
     ("names", "limit", "message"),
     [(["a", "a"], None, "step 'a' already ran in this run: a step name is unique within a job"),
@@ -156,11 +183,11 @@ def test_bad_names_and_results_are_refused_in_the_handler(
     ids=["a name twice in a run", "more steps than a job may have"],
 )  # fmt: skip
 def test_a_run_refuses_a_repeated_name_and_too_many_steps(
-    sqlite_url: str, run_worker: Any, monkeypatch: Any, names: list[str], limit: int | None, message: str
+    db_url: str, run_worker: Any, monkeypatch: Any, names: list[str], limit: int | None, message: str
 ) -> None:
     if limit is not None:
         monkeypatch.setattr("chokaq.runtime.steps.MAX_STEPS_PER_JOB", limit)
-    app = make_app(sqlite_url)
+    app = make_app(db_url)
     errors: list[str] = []
 
     @app.job("steps")

@@ -22,7 +22,9 @@ class SweepStatements:
     """The sweep's statements, each naming at most ``size`` jobs (see :meth:`Storage.sweep`)."""
 
     recover: Update  # Fetched past the timeout -> Pending
-    retry: ReturningUpdate[Any]  # expired, ZombieRetry and attempts left -> Pending
+    # The expired jobs to retry (ZombieRetry, attempts left), with the worker that held them.
+    retry_ids: Select[Any]
+    retry: ReturningUpdate[Any]  # those ids (parameter ``retry_ids``) -> Pending, checked again
     zombie_ids: Select[Any]  # the ids of expired jobs bound for the DLQ
     zombies: MoveStatements  # those ids -> DLQ (parameter ``zombie_ids``), checked again
 
@@ -50,14 +52,19 @@ def sweep_statements(fetched_timeout: float, zombie_timeout: float, max_attempts
         func.coalesce(hot.HeartbeatUtc, hot.LastUpdatedUtc) < utc_offset(-timeout),
     )
     retryable = and_(hot.ZombieRetry == true(), hot.AttemptCount < literal_column(str(int(max_attempts))))
+    # Ids first (with the worker that held each: the crash incident counts the zombies it retried),
+    # then the retry by those ids, ``expired`` checked again: a heartbeat that commits between the
+    # two keeps its job.
+    retry_ids = select(hot.Id, hot.WorkerId, hot.HeartbeatUtc).where(expired, retryable).limit(size)
+    retried = in_list(hot.Id, bindparam("retry_ids", type_=ListParam(hot.Id.type)))
     retry = (
         update(jobs_hot)
-        .where(hot.Id.in_(first(and_(expired, retryable))), expired, retryable)
+        .where(retried, expired, retryable)
         .values(back_to_pending(utcnow()))
-        .returning(hot.Queue)
+        .returning(hot.Id, hot.Queue)
     )
     # Ids first, then the move by those ids (with ``expired`` checked again): the copy and the
     # delete then name the same rows although the clock moves between them.
     chosen = in_list(hot.Id, bindparam("zombie_ids", type_=ListParam(hot.Id.type)))
     zombies = zombie_statements(and_(chosen, expired, ~retryable))
-    return SweepStatements(recover, retry, first(and_(expired, ~retryable)), zombies)
+    return SweepStatements(recover, retry_ids, retry, first(and_(expired, ~retryable)), zombies)
