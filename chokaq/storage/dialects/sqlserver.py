@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from chokaq.storage.statements import MoveStatements
 
 MIGRATION_LOCK = "chokaq.migrations"
+_RELEASE = text(
+    "IF APPLOCK_MODE('public', :r, 'Session') <> 'NoLock' EXEC sp_releaseapplock @Resource = :r, @LockOwner = 'Session'"
+)
 
 
 class SqlServerProfile(Profile):
@@ -107,7 +110,7 @@ class SqlServerProfile(Profile):
         rc = conn.execute(
             text(
                 "DECLARE @rc int; EXEC @rc = sp_getapplock @Resource = :r, @LockMode = 'Exclusive', "
-                "@LockOwner = 'Transaction', @LockTimeout = 120000; SELECT @rc"
+                "@LockOwner = 'Session', @LockTimeout = 120000; SELECT @rc"
             ),
             {"r": MIGRATION_LOCK},
         ).scalar()
@@ -122,7 +125,18 @@ class SqlServerProfile(Profile):
 
         check_sql_server(conn)
         with mssql_without_timeouts(conn):
-            yield
+            # The migration lock is the session's (migration 3 commits a step per table): it must
+            # not stay with a pooled connection. Released after the caller's commit, or a rollback.
+            try:
+                yield
+            except BaseException:
+                try:
+                    conn.rollback()
+                    conn.execute(_RELEASE, {"r": MIGRATION_LOCK})
+                except Exception:  # the upgrade's own error is the one to report
+                    conn.invalidate()
+                raise
+            conn.execute(_RELEASE, {"r": MIGRATION_LOCK})
 
     def upgrade_keys_and_text(self, conn: Connection) -> None:
         from chokaq.storage.dialects.sqlserver_keys import upgrade_keys_and_text
