@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
-from sqlalchemy import Connection, Select, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Select, and_, delete, func, insert, null, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain import limits
@@ -75,7 +75,7 @@ class AdminStore(JobListing):
                 Action=action,
                 JobIds=json.dumps(list(job_ids)[: limits.MAX_BULK_IDS]),
                 JobCount=len(job_ids),
-                Details=json.dumps(details, default=str) if details else None,
+                Details=json.dumps(details, default=str) if details else null(),  # nulls.py
             )
         )
 

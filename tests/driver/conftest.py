@@ -8,9 +8,27 @@ import pytest
 
 from chokaq.settings import StorageSettings
 from chokaq.storage import Storage
-from tests.driver.recording import Recorder
+from tests.driver.recording import Call, Recorder, RecordingCursor
 
 MSSQL_URL = "mssql+pyodbc://app:secret@sql.example/chokaq?driver=ODBC+Driver+18+for+SQL+Server"
+
+
+@pytest.fixture(autouse=True)
+def no_null_parameters(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every statement any driver test captures writes its NULLs into the text: a NULL parameter
+    costs pyodbc a describe round trip even when typed (recording.py, test_no_null_parameters.py)."""
+    bound: list[Call] = []
+    run = RecordingCursor._run
+
+    def recorded(self: RecordingCursor, kind: str, sql: str, params: list[tuple[object, ...]]) -> None:
+        run(self, kind, sql, params)
+        call = self.connection.recorder.calls[-1]
+        if call.nulls:
+            bound.append(call)
+
+    monkeypatch.setattr(RecordingCursor, "_run", recorded)
+    yield
+    assert not bound, [(c.sql[:160], c.nulls) for c in bound]
 
 
 @pytest.fixture

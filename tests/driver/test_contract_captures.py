@@ -455,11 +455,10 @@ def test_a_resurrect_moves_the_row_then_gives_back_the_failure_count(mssql: Stor
     assert size_of(insert, history) == SQL_WVARCHAR
     assert audit.sql.startswith("INSERT INTO chokaq.[AuditLog]") and "dlq.resurrect" in audit.params[0]
     assert [c.describes for c in stmts if c is not insert] == [0] * 7
-    # The move into JobsHot binds the cleared HeartbeatUtc and StartedAtUtc as NULLs that
-    # setinputsizes leaves untyped (DateTime): pyodbc describes those two, a server round trip per
-    # resurrect (an operator's action, not the worker's path). Nothing else goes undescribed.
-    assert insert.inputsizes is not None
-    untyped = [i for i, (p, size) in enumerate(zip(insert.params[0], insert.inputsizes, strict=True))
-               if p is None and not isinstance(size[0], int)]  # fmt: skip
-    assert insert.describes == len(untyped) == 2
-    assert all(insert.inputsizes[i][0] is datetime for i in untyped)
+    # The move into JobsHot writes the cleared HeartbeatUtc, StartedAtUtc and WorkerId as NULL in
+    # the text: a NULL parameter, typed or not, would cost pyodbc a describe round trip.
+    assert insert.nulls == [] and insert.describes == 0
+    inserted = insert.sql.split(" OUTPUT ")[0]
+    for cleared in ("HeartbeatUtc", "StartedAtUtc", "WorkerId"):
+        assert f"[{cleared}]" in inserted, cleared
+    assert ", NULL" in insert.sql
