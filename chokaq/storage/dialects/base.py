@@ -137,6 +137,11 @@ class Profile:
         bump_stats(c, move.counter, Counter(queue for _, queue in moved))
         return moved
 
+    def input_size(self, dbtype: Any, type_: Any) -> tuple[Any, Any, Any]:
+        """One ``setinputsizes`` entry (BindTyping.SETINPUTSIZES drivers: pyodbc), as the pyodbc
+        connector's do_set_input_sizes builds it, for a parameter of SQLAlchemy type ``type_``."""
+        return dbtype if isinstance(dbtype, tuple) else (dbtype, None, None)
+
     def typed_insert_many(self, stmt: Any, id_column: Column[Any]) -> Any:
         """A multi-row INSERT as this driver sends its parameters typed."""
         return stmt

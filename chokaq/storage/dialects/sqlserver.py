@@ -91,6 +91,11 @@ class SqlServerProfile(Profile):
             params[f"claim_queue_{i}"] = name
         return st.mssql_claim_statement(len(queue_names), limited, limit, start, zombie_retry, breaker)
 
+    def input_size(self, dbtype: Any, type_: Any) -> tuple[Any, Any, Any]:
+        from chokaq.storage.dialects.sqlserver_sizes import input_size
+
+        return input_size(dbtype, type_)
+
     def alone_move(self, move: MoveStatements) -> Any:
         return move.batch
 
