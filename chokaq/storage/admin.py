@@ -258,8 +258,8 @@ class AdminStore(JobListing):
         if bound is not None:
             # The bound went through Python's microseconds; SQL Server keeps 100 ns. Rows within
             # the bound's microsecond are told apart by Id, so the newest previewed job stays in.
-            upper = bound[0] + timedelta(microseconds=1)
-            inside.append(or_(time_col < bound[0], and_(time_col < upper, t.c.Id <= bound[1])))
+            exact, upper = self.storage.tx.profile.exact_time, bound[0] + timedelta(microseconds=1)
+            inside.append(or_(time_col < exact(bound[0]), and_(time_col < exact(upper), t.c.Id <= bound[1])))
         q: Select[Any] = select(t.c.Id).where(*inside).order_by(time_col, t.c.Id).limit(max_jobs)
         newest = c.execute(
             select(time_col, t.c.Id).where(*conds).order_by(time_col.desc(), t.c.Id.desc()).limit(1)

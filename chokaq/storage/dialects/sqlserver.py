@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import Column, Connection, Engine, Table, text
+from sqlalchemy import Column, Connection, Engine, String, Table, cast, literal, text
 from sqlalchemy.dialects import mssql
 from sqlalchemy.engine import URL, Dialect
 
@@ -90,6 +91,14 @@ class SqlServerProfile(Profile):
         for i, name in enumerate(queue_names):
             params[f"claim_queue_{i}"] = name
         return st.mssql_claim_statement(len(queue_names), limited, limit, start, zombie_retry, breaker)
+
+    def exact_time(self, value: datetime) -> Any:
+        # ISO 8601 text cast on the server, not a datetime parameter: pyodbc sends a datetime with
+        # the precision the driver reports for SQL_TYPE_TIMESTAMP, and FreeTDS may report the old
+        # DATETIME's (milliseconds), which would move the bound and drop previewed rows. The 'T'
+        # form is read the same whatever the session's DATEFORMAT and language.
+        text_ = literal(value.isoformat(sep="T", timespec="microseconds"), String(26))
+        return cast(text_, mssql.DATETIME2(precision=7))  # type: ignore[no-untyped-call]
 
     def input_size(self, dbtype: Any, type_: Any) -> tuple[Any, Any, Any]:
         from chokaq.storage.dialects.sqlserver_sizes import input_size
