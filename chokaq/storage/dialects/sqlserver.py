@@ -4,8 +4,9 @@ The rest of SQL Server's differences live beside this profile, each in one modul
 :mod:`.sqlserver_connect` (engine, token sign-in, command timeout, the autocommit pool),
 :mod:`.sqlserver_errors` (native error numbers worth a replay, a missing ODBC driver),
 :mod:`.sqlserver_shapes` (the claim as an updatable CTE, fences over one lease rowset, a move and
-its counter as one batch), :mod:`.sqlserver_keys` (migration 3) and
-:mod:`.sqlserver_requirements` (what `chokaq db upgrade` checks first). Lock hints, time arithmetic
+its counter as one batch), :mod:`.sqlserver_keys` (migration 3) with
+:mod:`.sqlserver_upgrade_checks` (what it refuses first), :mod:`.sqlserver_sizes` (declared text
+lengths) and :mod:`.sqlserver_requirements` (what `chokaq db upgrade` checks first). Lock hints, time arithmetic
 and list parameters compile through ``@compiles(..., "mssql")`` in ``sqlfuncs.py``.
 """
 
