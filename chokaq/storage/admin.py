@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
-from sqlalchemy import Connection, Select, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Select, and_, delete, func, insert, null, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain import limits
@@ -76,7 +76,7 @@ class AdminStore(JobListing):
                 Action=action,
                 JobIds=json.dumps(list(job_ids)[: limits.MAX_BULK_IDS]),
                 JobCount=len(job_ids),
-                Details=json.dumps(details, default=str) if details else None,
+                Details=json.dumps(details, default=str) if details else null(),  # nulls.py
             )
         )
 
@@ -260,8 +260,8 @@ class AdminStore(JobListing):
         if bound is not None:
             # The bound went through Python's microseconds; SQL Server keeps 100 ns. Rows within
             # the bound's microsecond are told apart by Id, so the newest previewed job stays in.
-            upper = bound[0] + timedelta(microseconds=1)
-            inside.append(or_(time_col < bound[0], and_(time_col < upper, t.c.Id <= bound[1])))
+            exact, upper = self.storage.tx.profile.exact_time, bound[0] + timedelta(microseconds=1)
+            inside.append(or_(time_col < exact(bound[0]), and_(time_col < exact(upper), t.c.Id <= bound[1])))
         q: Select[Any] = select(t.c.Id).where(*inside).order_by(time_col, t.c.Id).limit(max_jobs)
         newest = c.execute(
             select(time_col, t.c.Id).where(*conds).order_by(time_col.desc(), t.c.Id.desc()).limit(1)

@@ -38,7 +38,7 @@ def build_engine(
         options = EngineOptions(pool_size, echo, command_timeout, connect_timeout, statement_timeout)
         return profile.build_engine(parsed, options)
     except NoSuchModuleError as exc:
-        raise ConfigurationError(f"no driver for {url!r}: {exc}") from None
+        raise ConfigurationError(redact(f"no driver for {url!r}: {exc}")) from None
     except ModuleNotFoundError as exc:
         raise ConfigurationError(
             f"the driver for {backend} is not installed ({exc.name}); pip install 'chokaq[{profile.extra}]'"

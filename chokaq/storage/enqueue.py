@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, false, insert, literal_column, select
+from sqlalchemy import Connection, false, insert, literal_column, null, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.dml import Insert
 from ulid import ULID
@@ -16,6 +16,7 @@ from ulid import ULID
 from chokaq.domain.models import EnqueueRequest
 from chokaq.storage.dialects import profile_of
 from chokaq.storage.lookup import stored_ids_statement
+from chokaq.storage.nulls import by_nulls
 from chokaq.storage.queues import QueueCache
 from chokaq.storage.schema import jobs_hot
 from chokaq.storage.sqlfuncs import seconds, utc_offset, utcnow
@@ -76,12 +77,22 @@ def _insert_replayed(c: Connection, stmt: Insert, params: Any, ids: Sequence[str
     not abort."""
     try:
         with c.begin_nested() if savepoint else contextlib.nullcontext():
-            c.execute(stmt, params)
+            execute_rows(c, stmt, params)
     except IntegrityError:
         if not stored_among(c, ids):
             raise
         return True
     return False
+
+
+def execute_rows(c: Connection, stmt: Insert, params: Any) -> None:
+    """``stmt`` with ``params``; a list of rows as one executemany per set of None columns, those
+    written as NULL in the text (nulls.py: a NULL parameter costs pyodbc a describe round trip)."""
+    if not isinstance(params, list):
+        c.execute(stmt, params)
+        return
+    for nulls, group in by_nulls(params):
+        c.execute(stmt.values(**{name: null() for name in nulls}) if nulls else stmt, group)
 
 
 class Enqueuer:
@@ -195,7 +206,7 @@ class Enqueuer:
                     if _insert_replayed(c, stmt, rows, out, savepoint=True):
                         return [keyed.get(start + i, job_id) for i, job_id in enumerate(out)]
                 elif rows:
-                    c.execute(stmt, rows)
+                    execute_rows(c, stmt, rows)
                 for q in sorted({r.queue for r in part}):
                     notify(c, q)
                 return out

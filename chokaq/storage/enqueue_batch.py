@@ -60,10 +60,14 @@ def _row(job_id: str, r: EnqueueRequest) -> dict[str, Any]:
         "Queue": r.queue,
         "Type": r.type,
         "Payload": r.payload,
-        "Tags": r.tags,
         "Priority": r.priority,
-        "CreatedBy": r.created_by,
     }
+    # Left out when None (the column is then NULL): a NULL parameter costs pyodbc a describe round
+    # trip on SQL Server. Rows are grouped by the columns they carry (see _store).
+    if r.tags is not None:
+        row["Tags"] = r.tags
+    if r.created_by is not None:
+        row["CreatedBy"] = r.created_by
     if r.scheduled_at is not None:
         row["ScheduledAtUtc"] = r.scheduled_at
     else:
@@ -182,14 +186,15 @@ class BatchEnqueuer:
         for q in sorted({r.queue for r in reqs}):
             self.queue_cache.ensure(c, q)
         plan = self._plan(c, reqs, ids)
-        # Rows grouped by the statement they need: due at a time or after a delay, keyed or not
-        # (an executemany's rows all carry the same columns).
-        groups: dict[tuple[bool, bool], list[dict[str, Any]]] = {}
+        # Rows grouped by the statement they need: due at a time or after a delay, keyed or not,
+        # with tags and creator or without (an executemany's rows all carry the same columns).
+        groups: dict[tuple[bool, bool, bool, bool], list[dict[str, Any]]] = {}
         for job, r in zip(plan, reqs, strict=True):
             if job.created:
-                shape = (r.scheduled_at is not None, r.idempotency_key is not None)
+                at, keyed = r.scheduled_at is not None, r.idempotency_key is not None
+                shape = (at, keyed, r.tags is None, r.created_by is None)
                 groups.setdefault(shape, []).append(_row(job.id, r))
-        for (at, keyed), rows in sorted(groups.items()):
+        for (at, keyed, _, _), rows in sorted(groups.items()):
             size = self.rows_per_statement(at, keyed)
             for start in range(0, len(rows), size):
                 c.execute(self._statement(at), rows[start : start + size])

@@ -177,11 +177,14 @@ def _inputsizes(
         return None
     if origin:
         raise NotImplementedError("setinputsizes for expanding parameters is not needed on the hot path")
-    sizes = [lookup[compiled.binds[n]] for n in names]
+    binds = [compiled.binds[n] for n in names]
+    sizes = [lookup[b] for b in binds]
     if not any(s is not None for s in sizes):
         return None
-    # pyodbc's form, as the pyodbc connector's do_set_input_sizes builds it.
-    return [s if isinstance(s, tuple) else (s, None, None) for s in sizes]
+    # pyodbc's form, as the pyodbc connector's do_set_input_sizes builds it (SQL Server: text
+    # declared with its column's length, dialects/sqlserver_sizes.py).
+    profile = profile_of(dialect)
+    return [profile.input_size(s, b.type) for s, b in zip(sizes, binds, strict=True)]
 
 
 def _result_processors(compiled: SQLCompiler, dialect: Dialect) -> tuple[Processor, ...] | None:

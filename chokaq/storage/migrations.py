@@ -136,14 +136,19 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
 
 def upgrade(engine: Engine) -> list[int]:
     """Apply pending migrations. Returns the versions applied by this call (empty if current)."""
-    with engine.begin() as conn:
+    with engine.connect() as conn:
         profile = profile_of(conn.dialect)
         with profile.upgrading(conn):
-            return _upgrade(conn)
+            applied = _upgrade(conn)
+            # Inside: a profile whose lock outlives a transaction releases it after this commit.
+            conn.commit()
+        conn.commit()
+        return applied
 
 
 def _upgrade(conn: Connection) -> list[int]:
-    # Inside the caller's transaction; the lock is held until it commits.
+    # Inside the caller's transaction; the lock is held until it commits (SQL Server's until the
+    # upgrade ends: its migration 3 commits each table's step on its own).
     applied: list[int] = []
     profile = profile_of(conn.dialect)
     profile.migration_lock(conn)

@@ -6,12 +6,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, Table, delete, insert
+from sqlalchemy import Connection, Table, delete, insert, null
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.storage.dialects import profile_of
 from chokaq.storage.executor import Executor
+from chokaq.storage.nulls import by_nulls
 from chokaq.storage.schema import stats_summary
 from chokaq.storage.sqlfuncs import utcnow
 from chokaq.storage.statements import MoveStatements, StatsCounter, bump_statement, counter_insert_statement
@@ -53,8 +54,12 @@ def move_rows(
     rows = [dict(r._mapping) for r in c.execute(delete(source).where(where).returning(*source.c)).all()]
     if rows:
         shared = [col.name for col in target.c if col.name in source.c and col.name not in (stamps or {})]
-        copy = profile_of(c.dialect).typed_insert_many(insert(target).values(**(stamps or {})), target.c.Id)
-        c.execute(copy, [{**{k: r[k] for k in shared}, **(changes(r) if changes else {})} for r in rows])
+        copies = [{**{k: r[k] for k in shared}, **(changes(r) if changes else {})} for r in rows]
+        # Rows with the same columns None share a statement that writes those as NULL (nulls.py).
+        for nulls, group in by_nulls(copies):
+            values = {**(stamps or {}), **{name: null() for name in nulls}}
+            copy = profile_of(c.dialect).typed_insert_many(insert(target).values(**values), target.c.Id)
+            c.execute(copy, group)
     return rows
 
 

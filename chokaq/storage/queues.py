@@ -12,6 +12,7 @@ from sqlalchemy import Connection, Row, false, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from chokaq.domain.models import QueueInfo
+from chokaq.storage.nulls import inline_nulls
 from chokaq.storage.schema import queues
 from chokaq.storage.sqlfuncs import utcnow
 
@@ -140,5 +141,5 @@ class QueueCache:
         """Create the queue row if needed, apply ``values`` (see :func:`queue_values`), read it back."""
         self.forget(name)
         self.ensure(c, name)
-        c.execute(update(queues).where(queues.c.Name == name).values(**values))
+        c.execute(update(queues).where(queues.c.Name == name).values(**inline_nulls(values)))
         return queue_info(c.execute(select(queues).where(queues.c.Name == name)).one())

@@ -35,6 +35,7 @@ from chokaq.domain.schedules import (
     zone,
 )
 from chokaq.storage.admin_types import Actor
+from chokaq.storage.nulls import inline_nulls
 from chokaq.storage.schema import audit_log, schedules
 from chokaq.storage.sqlfuncs import row_lock, utcnow
 from chokaq.storage.statements.schedules import advance_statement, due_names_statement, lock_due_statement
@@ -130,7 +131,7 @@ class ScheduleStore:
                 if {"Cron", "TimeZone"} & changed.keys() or row.IsOrphaned:
                     changed["NextDueUtc"] = next_slot(spec.cron, spec.tz, now)
                 changed.update(IsOrphaned=False, LastUpdatedUtc=now, LastModifiedBy=CODE_ACTOR)
-                c.execute(update(schedules).where(schedules.c.Name == name).values(**changed))
+                c.execute(update(schedules).where(schedules.c.Name == name).values(**inline_nulls(changed)))
                 out["updated"].append(name)
             for name, row in rows.items():
                 if name not in wanted and not row.IsOrphaned:
@@ -159,7 +160,7 @@ class ScheduleStore:
         }
         try:
             with c.begin_nested():
-                c.execute(insert(schedules).values(**row))
+                c.execute(insert(schedules).values(**inline_nulls(row)))
         except IntegrityError:
             return False  # another process starting at the same moment stored it first
         return True
@@ -248,7 +249,7 @@ class ScheduleStore:
             values: dict[str, Any] = {"IsPaused": paused, "LastUpdatedUtc": now, "LastModifiedBy": actor.name}
             if not paused and before.is_paused:
                 values["NextDueUtc"] = next_slot(before.cron, before.time_zone, now)
-            c.execute(update(schedules).where(schedules.c.Name == name).values(**values))
+            c.execute(update(schedules).where(schedules.c.Name == name).values(**inline_nulls(values)))
             _audit(c, actor, "schedule.pause" if paused else "schedule.resume", [], {"schedule": name})
             return _info(c.execute(select(schedules).where(schedules.c.Name == name)).one())
 

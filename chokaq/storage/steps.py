@@ -82,10 +82,13 @@ def finish_step(
     """Record step ``name`` done with ``result`` (JSON text), or ``failed`` (its body raised;
     ``result`` then says what). ``resolve``: a start of an earlier attempt the handler established as
     done (``mark_done``). False: not the worker's job any more."""
-    params = {**_params(lease, name), "step_result": result}
+    params = {**_params(lease, name)}
+    if result is not None:
+        params["step_result"] = result
     if not resolve:
         params["step_state"] = FAILED if failed else DONE
-    written = storage.write_one(lambda c: c.execute(step_done_statement(resolve), params).all(), op="step_done")
+    stmt = step_done_statement(resolve, result is not None)
+    written = storage.write_one(lambda c: c.execute(stmt, params).all(), op="step_done")
     return bool(written) or (resolve and _replayed(storage, lease, name, "done"))
 
 

@@ -52,13 +52,14 @@ class WorkerPresence:
             "worker_host": identity.host,
             "worker_pid": identity.pid,
             "worker_version": identity.version,
-            "worker_queues": json.dumps(list(identity.queues)) if identity.queues is not None else None,
             "worker_concurrency": identity.concurrency,
         }
+        if identity.queues is not None:
+            self._params["worker_queues"] = json.dumps(list(identity.queues))
 
     def record(self, running: int, *, starting: bool = False) -> None:
         """Live now, running ``running`` jobs (``starting``: its start time set too)."""
-        stmt = presence_statement(self.storage.dialect, starting)
+        stmt = presence_statement(self.storage.dialect, starting, self.identity.queues is None)
         params = {**self._params, "worker_running": running}
         self.storage.tx.write_one(lambda c: c.execute(stmt, params), op="worker_presence")
 

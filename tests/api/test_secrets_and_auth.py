@@ -50,15 +50,31 @@ def test_a_malformed_token_setting_never_prints_the_token(tmp_path: Path, tokens
         (f"postgresql://ops:{PASSWORD}@127.0.0.1:notaport/chokaq", ("health", "db")),
         (f"postgres ql://ops:{PASSWORD}@db.example/chokaq", ("health", "serve")),  # refused when the app is built
         (f"mssql+pyodbc://ops:{PASSWORD}@srv/db?driver=Nope&odbc_connect=PWD%3D{PASSWORD}", ("health",)),
+        # Not a URL at all (no "://"): SQLAlchemy's own message repeats it whole.
+        (f"postgresql+psycopg//app:{PASSWORD}@db.example/app", ("stats", "health", "db")),
+        (f"mssql+pyodbc:app:{PASSWORD}@srv/db", ("stats",)),
     ],
 )
 def test_a_malformed_storage_url_never_prints_its_password(tmp_path: Path, url: str, commands: tuple[str]) -> None:
-    argv = {"health": ["health"], "db": ["db", "upgrade"], "serve": ["serve", "--port", "7999"]}
+    argv = {"health": ["health"], "db": ["db", "upgrade"], "serve": ["serve", "--port", "7999"], "stats": ["stats"]}
     for args in (argv[c] for c in commands):
         r = _run(args, {"CHOKAQ_STORAGE_URL": url}, tmp_path)
         assert r.returncode != 0
         assert PASSWORD not in r.stdout + r.stderr, r.stderr
         assert "Traceback" not in r.stderr, r.stderr[-500:]
+        if args == ["stats"]:  # the one-line error still says which URL, without the secret
+            assert r.stderr.startswith("error: ") and ":***@" in r.stderr, r.stderr
+
+
+def test_the_api_factory_refuses_a_malformed_url_without_its_password(caplog: pytest.LogCaptureFixture) -> None:
+    from chokaq import ChokaQ
+    from chokaq.domain.errors import ConfigurationError
+
+    app = ChokaQ(storage_url=f"postgresql+psycopg//app:{PASSWORD}@db.example/app")
+    with pytest.raises(ConfigurationError) as err:
+        create_api(app)
+    assert PASSWORD not in str(err.value) and "app:***@db.example" in str(err.value)
+    assert PASSWORD not in caplog.text
 
 
 def test_redact() -> None:
@@ -66,6 +82,12 @@ def test_redact() -> None:
     assert redact("Driver=x;Server=s;UID=u;PWD={a;b};Encrypt=yes") == "Driver=x;Server=s;UID=u;PWD=***;Encrypt=yes"
     assert redact("https://acct.blob/x?sig=abc&se=1") == "https://acct.blob/x?sig=***&se=1"
     assert redact("postgresql://u@h/db") == "postgresql://u@h/db"
+    # What does not parse as a URL still hides its userinfo's password.
+    assert redact("'postgresql+psycopg//app:S3cretPW@db.example/app'") == "'postgresql+psycopg//app:***@db.example/app'"
+    assert redact("db app:pa:ss@w0rd@h/x") == "db app:***@h/x"
+    assert redact("odbc_connect=Driver%3Dx%3BPWD%3Ds3cret%3BUID%3Du") == "odbc_connect=Driver%3Dx%3BPWD%3D***%3BUID%3Du"
+    # Text that only looks a little like it is left alone.
+    assert redact("at 12:30 mail ops@example.com") == "at 12:30 mail ops@example.com"
 
 
 def _b64(doc: object) -> str:

@@ -2,15 +2,56 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
 
 from chokaq.settings import StorageSettings
 from chokaq.storage import Storage
-from tests.driver.recording import Recorder
+from tests.driver.recording import Call, Recorder, RecordingCursor
 
 MSSQL_URL = "mssql+pyodbc://app:secret@sql.example/chokaq?driver=ODBC+Driver+18+for+SQL+Server"
+
+
+# Statements sent as text without types: the migration lock and the catalogue reads, whose text
+# values are chokaq's own constants (a lock name, table names), one length each.
+UNTYPED_TEXT = re.compile(r"sp_(get|release)applock|\bsys\.|dm_db_")
+
+
+@pytest.fixture(autouse=True)
+def driver_rules(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every statement any driver test captures: its NULLs written into the text (a NULL parameter
+    costs pyodbc a describe round trip even when typed: recording.py, test_no_null_parameters.py),
+    and every text parameter declared with a length (one plan, whatever the values' lengths:
+    test_text_lengths.py)."""
+    broken: list[tuple[str, str, list[int]]] = []
+    run = RecordingCursor._run
+
+    def recorded(self: RecordingCursor, kind: str, sql: str, params: list[tuple[object, ...]]) -> None:
+        run(self, kind, sql, params)
+        call = self.connection.recorder.calls[-1]
+        if call.nulls:
+            broken.append(("NULL parameters", sql[:160], call.nulls))
+        unsized = unsized_text(call)
+        if unsized and not UNTYPED_TEXT.search(sql):
+            broken.append(("text without a declared length", sql[:160], unsized))
+
+    monkeypatch.setattr(RecordingCursor, "_run", recorded)
+    yield
+    assert not broken, broken
+
+
+def unsized_text(call: Call) -> list[int]:
+    """Positions of string parameters whose setinputsizes entry declares no length."""
+    sizes = call.inputsizes or []
+    out = []
+    for i in range(call.param_count):
+        if any(isinstance(p[i], str) for p in call.params):
+            size = sizes[i] if i < len(sizes) else None
+            if size is None or not isinstance(size[1], int):
+                out.append(i)
+    return out
 
 
 @pytest.fixture

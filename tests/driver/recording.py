@@ -6,11 +6,12 @@ There is no SQL Server here. SQLAlchemy's real mssql+pyodbc dialect runs on top 
 to the ODBC driver is recorded. Results are canned: the dialect's start-up queries are answered as
 SQL Server 2022 answers them, and a test scripts the rows its statements need.
 
-``describes`` models one pyodbc rule (pyodbc's params.cpp, and its wiki on fast_executemany): a
-parameter whose type pyodbc does not know from ``setinputsizes`` costs an ``SQLDescribeParam`` when
-it is ``None``, and for *every* parameter of a ``fast_executemany`` call. msodbcsql answers that
-with ``sp_describe_undeclared_parameters``: an extra server round trip, and when the description
-fails pyodbc binds VARCHAR(255).
+``describes`` models two pyodbc rules (pyodbc's params.cpp, and its wiki on fast_executemany): a
+parameter that is ``None`` costs an ``SQLDescribeParam`` whatever ``setinputsizes`` said (pyodbc
+asks for a NULL's type in GetNullInfo, before the given types are applied), and so does *every*
+untyped parameter of a ``fast_executemany`` call. msodbcsql answers that with
+``sp_describe_undeclared_parameters``: an extra server round trip, and when the description fails
+pyodbc binds VARCHAR(255). chokaq therefore writes NULL into the statement text instead.
 """
 
 from __future__ import annotations
@@ -50,12 +51,17 @@ class Call:
 
         n = 0
         for i in range(len(self.params[0]) if self.params else 0):
-            if typed(i):
-                continue
-            # fast_executemany describes every untyped parameter; execute only the NULL ones.
-            if (self.kind == "executemany" and self.fast_executemany) or any(p[i] is None for p in self.params):
+            # A NULL is described even when typed; fast_executemany describes every untyped one.
+            null = any(p[i] is None for p in self.params)
+            if null or (not typed(i) and self.kind == "executemany" and self.fast_executemany):
                 n += 1
         return n
+
+    @property
+    def nulls(self) -> list[int]:
+        """Positions of parameters bound as None in any row (each costs a describe, see above)."""
+        width = len(self.params[0]) if self.params else 0
+        return [i for i in range(width) if any(p[i] is None for p in self.params)]
 
     @property
     def param_count(self) -> int:

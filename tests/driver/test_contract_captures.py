@@ -41,6 +41,7 @@ def one_transaction(recorder: Recorder, *, savepoints: bool = False, typed: bool
     """The statements of the one transaction an operation ran (then the record is cleared): sent
     on a connection left out of autocommit, committed once, every parameter typed (unless
     ``typed`` is False: the caller checks). Savepoint statements are left out unless asked for."""
+    _drop_release_tail(recorder)
     kinds = [c.kind for c in recorder.calls if c.kind != "connect"]
     assert kinds.count("commit") == 1, kinds
     end = kinds.index("commit")
@@ -52,6 +53,23 @@ def one_transaction(recorder: Recorder, *, savepoints: bool = False, typed: bool
         assert call.describes == 0 or not typed, call.sql
     recorder.clear()
     return stmts if savepoints else [c for c in stmts if not c.sql.startswith(SAVEPOINTS)]
+
+
+RELEASE_TAIL = ("SET LOCK_TIMEOUT", "IF APPLOCK_MODE('public', ?, 'Session') <> 'NoLock' EXEC sp_releaseapplock")
+
+
+def _drop_release_tail(recorder: Recorder) -> None:
+    """An upgrade's last transaction, after its commit: the command timeout back and the session's
+    migration lock released (sqlserver.py: released only once the upgrade is committed)."""
+    calls = [c for c in recorder.calls if c.kind != "connect"]
+    commits = [i for i, c in enumerate(calls) if c.kind == "commit"]
+    if len(commits) != 2:
+        return
+    tail = calls[commits[0] + 1 : commits[1]]
+    if tail and all(c.kind == "execute" and c.sql.startswith(RELEASE_TAIL) for c in tail):
+        assert any(c.sql.startswith(RELEASE_TAIL[1]) for c in tail), [c.sql for c in tail]
+        drop = {id(c) for c in [*tail, calls[commits[1]]]}
+        recorder.calls[:] = [c for c in recorder.calls if id(c) not in drop]
 
 
 def first_words(calls: list[Call]) -> list[str]:
@@ -374,12 +392,18 @@ def test_an_upgrade_of_a_current_schema_takes_the_lock_and_changes_nothing(mssql
     recorder.answer(r"INFORMATION_SCHEMA", [("SchemaMigrations",)], ["TABLE_NAME"])
     recorder.answer(r"FROM chokaq\.\[SchemaMigrations\]", [(v,) for v, _, _ in MIGRATIONS], ["Version"])
     assert mssql.upgrade() == []
+    calls = [c for c in recorder.calls if c.kind != "connect"]
     stmts = one_transaction(recorder)
     assert not [c.sql for c in stmts if re.search(r"\b(CREATE TABLE|ALTER|INSERT|DROP)\b", c.sql)]
     words = [c.sql for c in stmts]
     lifted = words.index("SET LOCK_TIMEOUT -1")
     lock = next(i for i, sql in enumerate(words) if "sp_getapplock" in sql)
-    assert "PARSENAME" in words[0] and lifted < lock and words[-1] == "SET LOCK_TIMEOUT 30000"
+    assert "PARSENAME" in words[0] and lifted < lock and "@LockOwner = 'Session'" in words[lock]
+    # After the commit: the session's lock released, the timeout back, committed on their own.
+    first_commit = calls.index(next(c for c in calls if c.kind == "commit"))
+    after = [c.sql if c.kind == "execute" else c.kind for c in calls[first_commit:]]
+    assert after[0] == "commit" and "sp_releaseapplock" in after[1] and after[2] == "SET LOCK_TIMEOUT 30000"
+    assert after[3:] in (["commit"], ["commit", "rollback"]), after
 
 
 def test_migration_6_adds_the_attempt_history_column_to_the_three_job_tables(
@@ -431,11 +455,10 @@ def test_a_resurrect_moves_the_row_then_gives_back_the_failure_count(mssql: Stor
     assert size_of(insert, history) == SQL_WVARCHAR
     assert audit.sql.startswith("INSERT INTO chokaq.[AuditLog]") and "dlq.resurrect" in audit.params[0]
     assert [c.describes for c in stmts if c is not insert] == [0] * 7
-    # The move into JobsHot binds the cleared HeartbeatUtc and StartedAtUtc as NULLs that
-    # setinputsizes leaves untyped (DateTime): pyodbc describes those two, a server round trip per
-    # resurrect (an operator's action, not the worker's path). Nothing else goes undescribed.
-    assert insert.inputsizes is not None
-    untyped = [i for i, (p, size) in enumerate(zip(insert.params[0], insert.inputsizes, strict=True))
-               if p is None and not isinstance(size[0], int)]  # fmt: skip
-    assert insert.describes == len(untyped) == 2
-    assert all(insert.inputsizes[i][0] is datetime for i in untyped)
+    # The move into JobsHot writes the cleared HeartbeatUtc, StartedAtUtc and WorkerId as NULL in
+    # the text: a NULL parameter, typed or not, would cost pyodbc a describe round trip.
+    assert insert.nulls == [] and insert.describes == 0
+    inserted = insert.sql.split(" OUTPUT ")[0]
+    for cleared in ("HeartbeatUtc", "StartedAtUtc", "WorkerId"):
+        assert f"[{cleared}]" in inserted, cleared
+    assert ", NULL" in insert.sql

@@ -69,11 +69,12 @@ def test_a_start_again_and_the_ends_are_one_fenced_update_each(mssql: Storage, r
     assert done.params[0][:2] == (1, '{"charge":"ch_1"}')
     assert size_of(done, '{"charge":"ch_1"}') == SQL_WVARCHAR and done.describes == 0
 
-    # A result of None is a NULL typed as text: still no describe round trip.
+    # A result of None is NULL in the text: a NULL parameter, even typed, costs a describe.
     recorder.answer(r"^UPDATE chokaq\.\[JobSteps\]", [(2,)], ["State"])
     assert finish_step(mssql, LEASE, "charge", None, failed=True)
     failed = only_statement(recorder)
-    assert failed.params[0][:2] == (2, None) and failed.describes == 0
+    assert "[Result]=NULL OUTPUT" in failed.sql and failed.params[0][0] == 2
+    assert failed.nulls == [] and failed.describes == 0
 
     recorder.answer(r"^UPDATE chokaq\.\[JobSteps\]", [(1,)], ["State"])
     assert finish_step(mssql, LEASE, "charge", '"found"', resolve=True)

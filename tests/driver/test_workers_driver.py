@@ -36,12 +36,13 @@ def test_a_tick_is_one_merge_with_holdlock_every_value_typed(mssql: Storage, rec
     assert size_of(call, "0.1.0") == SQL_VARCHAR
 
 
-def test_the_start_sets_the_start_time_and_every_queue_binds_a_typed_null(mssql: Storage, recorder: Recorder) -> None:
+def test_the_start_sets_the_start_time_and_every_queue_writes_null(mssql: Storage, recorder: Recorder) -> None:
     every = WorkerIdentity("w-all", "h", 1, "0.1.0", None, 10)
     WorkerPresence(mssql, every).record(0, starting=True)
-    call = assert_one_statement(recorder, "worker_presence")  # describes nothing: the NULL is typed too
+    call = assert_one_statement(recorder, "worker_presence")  # describes nothing: no NULL parameter
     assert "[StartedAtUtc] = s.[StartedAtUtc]" in call.sql
-    assert call.params == [("w-all", "h", 1, "0.1.0", None, 10, 0)]
+    assert "CAST(NULL AS NVARCHAR(max)) AS [Queues]" in call.sql
+    assert call.params == [("w-all", "h", 1, "0.1.0", 10, 0)]
 
 
 def test_a_clean_exit_is_one_update_naming_the_process(mssql: Storage, recorder: Recorder) -> None:

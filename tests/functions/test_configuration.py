@@ -78,6 +78,23 @@ def test_empty_storage_url_is_refused_too(clean_env: Path, monkeypatch: pytest.M
     assert r.status_code == 503 and "CHOKAQ_STORAGE_URL" in json.loads(r.get_body())["error"]
 
 
+def test_a_malformed_storage_url_is_refused_without_its_password(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    password = "S3cretPW-77"
+    url = f"postgresql+psycopg//app:{password}@db.example/app"
+    monkeypatch.setenv("CHOKAQ_STORAGE_URL", url)
+    fa = build_function_app(environ={"CHOKAQ_STORAGE_URL": url})
+    fns = functions_of(fa)
+    r = asyncio.run(call(fns["http_app_func"], get("/api/health")))
+    body = r.get_body().decode()
+    assert r.status_code == 503 and "app:***@db.example" in body and password not in body
+    with pytest.raises(ConfigurationError) as err:
+        fns["sweep"](TimerRequest())
+    assert password not in str(err.value)
+    assert "refused its configuration" in caplog.text and password not in caplog.text
+
+
 def test_a_set_storage_url_serves_health(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url = f"sqlite:///{clean_env / 'jobs.db'}"
     monkeypatch.setenv("CHOKAQ_STORAGE_URL", url)

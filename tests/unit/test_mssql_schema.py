@@ -169,9 +169,13 @@ def test_migration_3_converts_an_existing_database(server: FakeServer) -> None:
     from chokaq.storage.dialects.sqlserver_keys import upgrade_keys_and_text
 
     server.answer(r"FROM sys\.columns", OLD_COLUMNS)
-    server.answer(r"FROM sys\.key_constraints", [("PK__JobsHot__3214EC07A1B2C3D4",)])
+    # (name, optimize_for_sequential_key): made before the option.
+    server.answer(r"FROM sys\.key_constraints", [("PK__JobsHot__3214EC07A1B2C3D4", False)])
+    # The pre-checks: no live worker, nothing foreign, no case variants, the log unlimited.
+    server.answer(r"OBJECT_ID\(N'chokaq\.Workers'\)", [])
+    server.answer(r"sys\.dm_db_log_space_usage", [(None, 1024)])
     storage = Storage(URL)
-    with storage.engine.begin() as conn:
+    with storage.engine.connect() as conn:
         upgrade_keys_and_text(conn)
     sql = [s.strip() for s in server.sql()]
     hot = [s for s in sql if "chokaq.[JobsHot]" in s]

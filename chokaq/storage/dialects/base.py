@@ -13,13 +13,14 @@ from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import Column, Connection, Engine, Table, text
+from sqlalchemy import Column, Connection, Engine, Table, literal, text
 from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.sql.elements import ColumnElement
 
-from chokaq.storage.schema import SCHEMA
+from chokaq.storage.schema import SCHEMA, UtcTime
 
 if TYPE_CHECKING:
     from chokaq.storage.statements import MoveStatements
@@ -159,6 +160,16 @@ class Profile:
         moved = move_in_db(c, move, params)
         bump_stats(c, move.counter, Counter(queue for _, queue in moved))
         return moved
+
+    def exact_time(self, value: datetime) -> Any:
+        """``value`` as a parameter compared with a time column to the microsecond (a preview's
+        bound: a job inside it must not fall out by rounding)."""
+        return literal(value, UtcTime)
+
+    def input_size(self, dbtype: Any, type_: Any) -> tuple[Any, Any, Any]:
+        """One ``setinputsizes`` entry (BindTyping.SETINPUTSIZES drivers: pyodbc), as the pyodbc
+        connector's do_set_input_sizes builds it, for a parameter of SQLAlchemy type ``type_``."""
+        return dbtype if isinstance(dbtype, tuple) else (dbtype, None, None)
 
     def typed_insert_many(self, stmt: Any, id_column: Column[Any]) -> Any:
         """A multi-row INSERT as this driver sends its parameters typed."""

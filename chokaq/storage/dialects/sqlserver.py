@@ -4,9 +4,10 @@ The rest of SQL Server's differences live beside this profile, each in one modul
 :mod:`.sqlserver_connect` (engine, token sign-in, command timeout, the autocommit pool),
 :mod:`.sqlserver_errors` (native error numbers worth a replay, a missing ODBC driver),
 :mod:`.sqlserver_shapes` (the claim as an updatable CTE over one index, fences over one lease rowset,
-a move and its counter as one batch), :mod:`.sqlserver_keys` (migration 3),
-:mod:`.sqlserver_indexes` (migration 13) and
-:mod:`.sqlserver_requirements` (what `chokaq db upgrade` checks first). Lock hints, time arithmetic
+a move and its counter as one batch), :mod:`.sqlserver_keys` (migration 3) with
+:mod:`.sqlserver_upgrade_checks` (what it refuses first), :mod:`.sqlserver_indexes` (migration 13),
+:mod:`.sqlserver_sizes` (declared text lengths) and :mod:`.sqlserver_requirements` (what
+`chokaq db upgrade` checks first). Lock hints, time arithmetic
 and list parameters compile through ``@compiles(..., "mssql")`` in ``sqlfuncs.py``.
 """
 
@@ -14,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import Column, Connection, Engine, Table, text
+from sqlalchemy import Column, Connection, Engine, String, Table, cast, literal, text
 from sqlalchemy.dialects import mssql
 from sqlalchemy.engine import URL, Dialect
 
@@ -32,6 +34,9 @@ MIGRATION_LOCK = "chokaq.migrations"
 #: on one index or table at which SQL Server escalates a statement's locks to a table lock, which
 #: READPAST does not skip and ROWLOCK does not prevent (docs/sqlserver.md, "Lock escalation").
 MAX_ROWS_PER_STATEMENT = 4000
+_RELEASE = text(
+    "IF APPLOCK_MODE('public', :r, 'Session') <> 'NoLock' EXEC sp_releaseapplock @Resource = :r, @LockOwner = 'Session'"
+)
 
 
 class SqlServerProfile(Profile):
@@ -109,6 +114,19 @@ class SqlServerProfile(Profile):
         # By primary key: the probes' claim-index keys are locked already, by the read of their ids.
         return probe_claim_statement(by_key=True)
 
+    def exact_time(self, value: datetime) -> Any:
+        # ISO 8601 text cast on the server, not a datetime parameter: pyodbc sends a datetime with
+        # the precision the driver reports for SQL_TYPE_TIMESTAMP, and FreeTDS may report the old
+        # DATETIME's (milliseconds), which would move the bound and drop previewed rows. The 'T'
+        # form is read the same whatever the session's DATEFORMAT and language.
+        text_ = literal(value.isoformat(sep="T", timespec="microseconds"), String(26))
+        return cast(text_, mssql.DATETIME2(precision=7))  # type: ignore[no-untyped-call]
+
+    def input_size(self, dbtype: Any, type_: Any) -> tuple[Any, Any, Any]:
+        from chokaq.storage.dialects.sqlserver_sizes import input_size
+
+        return input_size(dbtype, type_)
+
     def alone_move(self, move: MoveStatements) -> Any:
         return move.batch
 
@@ -128,7 +146,7 @@ class SqlServerProfile(Profile):
         rc = conn.execute(
             text(
                 "DECLARE @rc int; EXEC @rc = sp_getapplock @Resource = :r, @LockMode = 'Exclusive', "
-                "@LockOwner = 'Transaction', @LockTimeout = 120000; SELECT @rc"
+                "@LockOwner = 'Session', @LockTimeout = 120000; SELECT @rc"
             ),
             {"r": MIGRATION_LOCK},
         ).scalar()
@@ -143,7 +161,18 @@ class SqlServerProfile(Profile):
 
         check_sql_server(conn)
         with mssql_without_timeouts(conn):
-            yield
+            # The migration lock is the session's (migration 3 commits a step per table): it must
+            # not stay with a pooled connection. Released after the caller's commit, or a rollback.
+            try:
+                yield
+            except BaseException:
+                try:
+                    conn.rollback()
+                    conn.execute(_RELEASE, {"r": MIGRATION_LOCK})
+                except Exception:  # the upgrade's own error is the one to report
+                    conn.invalidate()
+                raise
+            conn.execute(_RELEASE, {"r": MIGRATION_LOCK})
 
     def upgrade_keys_and_text(self, conn: Connection) -> None:
         from chokaq.storage.dialects.sqlserver_keys import upgrade_keys_and_text

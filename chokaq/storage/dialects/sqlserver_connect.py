@@ -13,6 +13,7 @@ from sqlalchemy.engine import URL
 
 from chokaq.domain.errors import ConfigurationError
 from chokaq.storage.dialects.sqlserver_errors import missing_odbc_driver
+from chokaq.storage.dialects.sqlserver_sizes import declare_text_lengths
 
 # Connection-string keys that sign in by other means; the driver refuses them beside a token.
 _SIGN_IN_KEYS = {"trusted_connection", "uid", "pwd", "authentication"}
@@ -48,6 +49,7 @@ def mssql_engine(parsed: URL, *, pool_size: int, echo: bool, command_timeout: in
         connect_args=connect_args,
         echo=echo,
     )
+    declare_text_lengths(engine.dialect)
     if command_timeout > 0:
 
         @event.listens_for(engine, "connect")

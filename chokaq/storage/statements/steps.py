@@ -118,9 +118,10 @@ def step_restart_statement() -> Update:
 
 
 @functools.cache
-def step_done_statement(resolve: bool) -> Update:
+def step_done_statement(resolve: bool, has_result: bool = True) -> Update:
     """The step's end: ``step_state`` (done, or failed: its body raised) with ``step_result`` (JSON
-    text or NULL). Without ``resolve`` only this attempt's own start is ended (a replay after a lost
+    text), or NULL in the text without ``has_result`` (a NULL parameter costs pyodbc a describe).
+    Without ``resolve`` only this attempt's own start is ended (a replay after a lost
     reply writes the same values); with it, a start of an earlier attempt the handler established
     as done (``mark_done``)."""
     s = job_steps.c
@@ -135,7 +136,7 @@ def step_done_statement(resolve: bool) -> Update:
     values: dict[str, Any] = {
         "State": _DONE if resolve else bindparam("step_state", type_=s.State.type),
         "DoneAtUtc": utcnow(),
-        "Result": bindparam("step_result", type_=UnicodeText()),
+        "Result": bindparam("step_result", type_=UnicodeText()) if has_result else null(),
     }
     if resolve:
         values["Attempt"] = bindparam("step_attempt", type_=s.Attempt.type)

@@ -27,16 +27,18 @@ def _state(value: str) -> Any:
 
 
 @functools.lru_cache(maxsize=8)
-def presence_statement(dialect_name: str, starting: bool) -> Any:
+def presence_statement(dialect_name: str, starting: bool, every_queue: bool = False) -> Any:
     """The worker ``:worker_id`` live now, with what it serves and runs: its row inserted, or updated
     in place (one statement, the profile's upsert). ``starting``: its start time set too (a worker
-    restarted under the same id begins again); else a tick keeps the start time of its row."""
+    restarted under the same id begins again); else a tick keeps the start time of its row.
+    ``every_queue``: a worker of every queue, its Queues NULL in the text (a NULL parameter costs
+    pyodbc a describe round trip on SQL Server)."""
     values: dict[str, Any] = {
         "WorkerId": bindparam("worker_id", type_=_w.WorkerId.type),
         "Host": bindparam("worker_host", type_=_w.Host.type),
         "Pid": bindparam("worker_pid", type_=_w.Pid.type),
         "Version": bindparam("worker_version", type_=_w.Version.type),
-        "Queues": bindparam("worker_queues", type_=_w.Queues.type),
+        "Queues": cast(null(), _w.Queues.type) if every_queue else bindparam("worker_queues", type_=_w.Queues.type),
         "Concurrency": bindparam("worker_concurrency", type_=_w.Concurrency.type),
         "Running": bindparam("worker_running", type_=_w.Running.type),
         "StartedAtUtc": utcnow(),
