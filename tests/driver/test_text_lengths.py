@@ -46,11 +46,17 @@ def test_an_enqueue_declares_each_column_length_whatever_the_values(mssql: Stora
     assert again.sql == insert.sql and again.inputsizes == insert.inputsizes
 
 
-def test_a_multi_queue_claim_declares_every_name_as_a_queue(mssql: Storage, recorder: Recorder) -> None:
+def test_a_multi_queue_claim_declares_its_names_once_whatever_their_lengths(mssql: Storage, recorder: Recorder) -> None:
+    # The names travel as one JSON list (statements/claim.py: one statement text whatever their
+    # number), declared nvarchar(max): any names, any lengths, one plan.
     mssql.fetch("w", 5, ["a", "a-much-longer-queue-name"])
     (claim,) = [c for c in recorder.statements if "UPDATE" in c.sql or "WITH" in c.sql][:1]
-    assert size_at(claim, "a") == size_at(claim, "a-much-longer-queue-name") == (SQL_WVARCHAR, limits.MAX_QUEUE_LEN, 0)
+    assert size_at(claim, '["a", "a-much-longer-queue-name"]') == (SQL_WVARCHAR, 0, 0)
     assert size_at(claim, "w")[1] == limits.MAX_WORKER_ID_LEN
+    recorder.clear()
+    mssql.fetch("w", 5, ["b" * 100, "c", "d"])
+    (again,) = [c for c in recorder.statements if "UPDATE" in c.sql or "WITH" in c.sql][:1]
+    assert again.sql == claim.sql and again.inputsizes == claim.inputsizes
 
 
 def test_an_admin_filter_declares_the_column_and_a_longer_pattern_is_max(mssql: Storage, recorder: Recorder) -> None:
