@@ -15,6 +15,7 @@ from chokaq.storage.dialects import profile_of
 from chokaq.storage.schema import (
     SCHEMA,
     circuit_breakers,
+    event_feed,
     job_steps,
     jobs_archive,
     jobs_dlq,
@@ -102,6 +103,12 @@ def _v10_step_journal(conn: Connection) -> None:
     job_steps.create(conn, checkfirst=True)
 
 
+def _v12_event_feed(conn: Connection) -> None:
+    # The event feed every process writes and every serving process reads (docs/live-events.md).
+    # A new table with its index: step 1 may just have created it.
+    event_feed.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial", _v1_initial),
     (2, "drop IX_JobsHot_Worker", _v2_drop_worker_index),
@@ -114,6 +121,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (9, "Logs and Progress on JobsHot, JobsArchive and JobsDLQ (job logs)", _v9_job_logs),
     (10, "JobSteps (the step journal)", _v10_step_journal),
     (11, "DLQ search indexes (pg_trgm on PostgreSQL, FTS5 trigram on SQLite)", _v11_search_indexes),
+    (12, "EventFeed (live events from every process)", _v12_event_feed),
 ]
 
 
