@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, insert
 
@@ -29,10 +29,19 @@ from chokaq.storage.schema import audit_log
 from chokaq.storage.sqlfuncs import utcnow
 from chokaq.storage.statements import feed as sf
 
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Callable
+
+    from chokaq.storage.store import Storage
+
 #: Ids an event carries (the Deck links them); the count says how many there were.
 MAX_EVENT_IDS = 50
 #: Rows one follower read returns; a follower that is further behind reads again at once.
 READ_LIMIT = 500
+
+#: Who the audit log names for the sweep's rescues and the feed's purges, whichever process ran them.
+SYSTEM_SWEEP = Actor("system:sweep", "admin")
 
 _origins: weakref.WeakKeyDictionary[Engine, str] = weakref.WeakKeyDictionary()
 _PROCESS_ORIGIN = f"{socket.gethostname()[:30]}:{os.getpid()}"
@@ -129,3 +138,56 @@ def purge_batch(conn: Connection, *, max_age: float, max_rows: int, size: int) -
     aged = int(conn.execute(sf.feed_purge_age_statement(max_age, size)).rowcount or 0)
     counted = int(conn.execute(sf.feed_purge_count_statement(size), {"feed_keep": max_rows}).rowcount or 0)
     return aged, counted
+
+
+def purge_events(storage: Storage, *, max_age: float, max_rows: int, size: int | None = None) -> int:
+    """Bound the feed: rows older than ``max_age`` seconds and rows beyond the newest ``max_rows``,
+    deleted ``size`` (Storage.CleanupBatchSize) at a time, each batch audited as the system in its
+    transaction. Returns how many were deleted."""
+    batch = size or storage.settings.cleanup_batch_size
+    total = 0
+    while True:
+
+        def work(c: Connection) -> tuple[int, int]:
+            aged, counted = purge_batch(c, max_age=max_age, max_rows=max_rows, size=batch)
+            if aged or counted:
+                details = {"deleted": aged + counted, "by_age": aged, "by_count": counted, "max_rows": max_rows}
+                audit_row(c, SYSTEM_SWEEP, "events.purge", [], details)
+            return aged, counted
+
+        aged, counted = storage.write(work, op="purge_events")
+        total += aged + counted
+        if aged < batch and counted < batch:
+            return total
+
+
+class EventFeed:
+    """A serving process's reads of the feed (see chokaq/api/feed_follower.py)."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    @property
+    def origin(self) -> str:
+        """This storage's rows (its process already heard of them on its bus)."""
+        return self.storage.origin
+
+    def after(self, cursor: int, limit: int = READ_LIMIT) -> list[FeedRow]:
+        return self.storage.read(lambda c: read_after(c, cursor, limit), op="feed_after")
+
+    def latest(self, limit: int) -> list[FeedRow]:
+        return self.storage.read(lambda c: read_latest(c, limit), op="feed_latest")
+
+    def head(self) -> int:
+        return self.storage.read(head, op="feed_head")
+
+    @property
+    def wakes(self) -> bool:
+        """Whether :meth:`listen` can wake a follower at each commit (PostgreSQL's NOTIFY)."""
+        return self.storage.supports_notify
+
+    def listen(self, on_event: Callable[[], None], stop: threading.Event, listening: threading.Event) -> None:
+        """Block until ``stop``, calling ``on_event`` after each commit that wrote feed rows."""
+        from chokaq.storage.dialects.postgres_listen import listen_events
+
+        listen_events(self.storage.url, on_event, stop, listening)

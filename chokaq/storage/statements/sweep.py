@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, Update, and_, bindparam, func, literal_column, null, select, true, update
+from sqlalchemy import Select, and_, bindparam, func, literal_column, null, select, true, update
 from sqlalchemy.sql.dml import ReturningUpdate
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -21,8 +21,8 @@ from chokaq.storage.statements.status import FETCHED, PENDING, PROCESSING, statu
 class SweepStatements:
     """The sweep's statements, each naming at most ``size`` jobs (see :meth:`Storage.sweep`)."""
 
-    recover: Update  # Fetched past the timeout -> Pending
-    retry: ReturningUpdate[Any]  # expired, ZombieRetry and attempts left -> Pending
+    recover: ReturningUpdate[Any]  # Fetched past the timeout -> Pending (their ids returned)
+    retry: ReturningUpdate[Any]  # expired, ZombieRetry and attempts left -> Pending (queue, id)
     zombie_ids: Select[Any]  # the ids of expired jobs bound for the DLQ
     zombies: MoveStatements  # those ids -> DLQ (parameter ``zombie_ids``), checked again
 
@@ -40,6 +40,7 @@ def sweep_statements(fetched_timeout: float, zombie_timeout: float, max_attempts
         update(jobs_hot)
         .where(hot.Id.in_(first(abandoned)), abandoned)
         .values(Status=literal_column(str(PENDING)), WorkerId=null(), LastUpdatedUtc=utcnow())
+        .returning(hot.Id)
     )
     per_queue = select(queues.c.ZombieTimeoutSeconds).where(queues.c.Name == hot.Queue).scalar_subquery()
     timeout = func.coalesce(per_queue, seconds(zombie_timeout))
@@ -54,7 +55,7 @@ def sweep_statements(fetched_timeout: float, zombie_timeout: float, max_attempts
         update(jobs_hot)
         .where(hot.Id.in_(first(and_(expired, retryable))), expired, retryable)
         .values(back_to_pending(utcnow()))
-        .returning(hot.Queue)
+        .returning(hot.Queue, hot.Id)
     )
     # Ids first, then the move by those ids (with ``expired`` checked again): the copy and the
     # delete then name the same rows although the clock moves between them.
