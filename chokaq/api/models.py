@@ -424,6 +424,7 @@ class EventOut(BaseModel):
 class RecentEventsOut(BaseModel):
     events: list[EventOut]
     now: float = Field(description="pass as ?after= on the next poll")
+    cursor: int = Field(0, description="the event feed's newest id seen: pass as ?cursor= on the next poll")
 
 
 # ---------------------------------------------------------------------------- schedules

@@ -108,7 +108,7 @@ UPDATE chokaq."JobsHot" SET "Status"=0, "WorkerId"=NULL, "LastUpdatedUtc"=(clock
 UPDATE chokaq."JobsHot" SET "Status"=0, "WorkerId"=NULL, "LastUpdatedUtc"=(clock_timestamp() AT TIME ZONE 'UTC') WHERE chokaq."JobsHot"."Id" IN (SELECT chokaq."JobsHot"."Id"
 FROM chokaq."JobsHot"
 WHERE chokaq."JobsHot"."Status" = 1 AND chokaq."JobsHot"."LastUpdatedUtc" < ((clock_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => CAST((CAST(:param_1 AS FLOAT)) AS DOUBLE PRECISION)))
- LIMIT :param_2::INTEGER) AND chokaq."JobsHot"."Status" = 1 AND chokaq."JobsHot"."LastUpdatedUtc" < ((clock_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => CAST((CAST(:param_1 AS FLOAT)) AS DOUBLE PRECISION)));
+ LIMIT :param_2::INTEGER) AND chokaq."JobsHot"."Status" = 1 AND chokaq."JobsHot"."LastUpdatedUtc" < ((clock_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => CAST((CAST(:param_1 AS FLOAT)) AS DOUBLE PRECISION))) RETURNING chokaq."JobsHot"."Id";
 
 -- name: sweep_retry
 -- sweep: expired heartbeats of ZombieRetry jobs -> Pending, one batch
@@ -119,7 +119,7 @@ FROM chokaq."Queues"
 WHERE chokaq."Queues"."Name" = chokaq."JobsHot"."Queue"), CAST(:param_1 AS FLOAT))) AS DOUBLE PRECISION))) AND chokaq."JobsHot"."ZombieRetry" = true AND chokaq."JobsHot"."AttemptCount" < 3
  LIMIT :param_2::INTEGER) AND chokaq."JobsHot"."Status" = 2 AND coalesce(chokaq."JobsHot"."HeartbeatUtc", chokaq."JobsHot"."LastUpdatedUtc") < ((clock_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => CAST((-coalesce((SELECT chokaq."Queues"."ZombieTimeoutSeconds"
 FROM chokaq."Queues"
-WHERE chokaq."Queues"."Name" = chokaq."JobsHot"."Queue"), CAST(:param_1 AS FLOAT))) AS DOUBLE PRECISION))) AND chokaq."JobsHot"."ZombieRetry" = true AND chokaq."JobsHot"."AttemptCount" < 3 RETURNING chokaq."JobsHot"."Queue";
+WHERE chokaq."Queues"."Name" = chokaq."JobsHot"."Queue"), CAST(:param_1 AS FLOAT))) AS DOUBLE PRECISION))) AND chokaq."JobsHot"."ZombieRetry" = true AND chokaq."JobsHot"."AttemptCount" < 3 RETURNING chokaq."JobsHot"."Queue", chokaq."JobsHot"."Id";
 
 -- name: sweep_zombie_ids
 -- sweep: the ids of expired jobs bound for the DLQ, one batch

@@ -137,14 +137,14 @@ GO
 
 -- name: sweep_recover
 -- sweep: Fetched past Recovery.FetchedJobTimeout -> Pending, one batch
-UPDATE chokaq.[JobsHot] SET [Status]=0, [WorkerId]=NULL, [LastUpdatedUtc]=SYSUTCDATETIME() WHERE chokaq.[JobsHot].[Id] IN (SELECT TOP 1000 chokaq.[JobsHot].[Id]
+UPDATE chokaq.[JobsHot] SET [Status]=0, [WorkerId]=NULL, [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id] WHERE chokaq.[JobsHot].[Id] IN (SELECT TOP 1000 chokaq.[JobsHot].[Id]
 FROM chokaq.[JobsHot]
 WHERE chokaq.[JobsHot].[Status] = 1 AND chokaq.[JobsHot].[LastUpdatedUtc] < DATEADD(SECOND, CAST(FLOOR(CAST(:param_2 AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:param_2 AS FLOAT)) - FLOOR(CAST(:param_2 AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME()))) AND chokaq.[JobsHot].[Status] = 1 AND chokaq.[JobsHot].[LastUpdatedUtc] < DATEADD(SECOND, CAST(FLOOR(CAST(:param_2 AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:param_2 AS FLOAT)) - FLOOR(CAST(:param_2 AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME()))
 GO
 
 -- name: sweep_retry
 -- sweep: expired heartbeats of ZombieRetry jobs -> Pending, one batch
-UPDATE chokaq.[JobsHot] SET [Status]=0, [WorkerId]=NULL, [HeartbeatUtc]=NULL, [ScheduledAtUtc]=SYSUTCDATETIME(), [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Queue] WHERE chokaq.[JobsHot].[Id] IN (SELECT TOP 1000 chokaq.[JobsHot].[Id]
+UPDATE chokaq.[JobsHot] SET [Status]=0, [WorkerId]=NULL, [HeartbeatUtc]=NULL, [ScheduledAtUtc]=SYSUTCDATETIME(), [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Queue], inserted.[Id] WHERE chokaq.[JobsHot].[Id] IN (SELECT TOP 1000 chokaq.[JobsHot].[Id]
 FROM chokaq.[JobsHot]
 WHERE chokaq.[JobsHot].[Status] = 2 AND coalesce(chokaq.[JobsHot].[HeartbeatUtc], chokaq.[JobsHot].[LastUpdatedUtc]) < DATEADD(SECOND, CAST(FLOOR(-coalesce((SELECT chokaq.[Queues].[ZombieTimeoutSeconds]
 FROM chokaq.[Queues]
