@@ -223,7 +223,8 @@ def recent(
     now = time.time()
     bus = event_bus(request)
     feed = event_feed(request)
-    mine = list(bus.recent) if after is None else bus.since(after)
+    # The bus's own events only: what the follower put on it comes from the feed read below.
+    mine = [e for e in (list(bus.recent) if after is None else bus.since(after)) if e.feed_id is None]
     rows = feed.latest(REPLAY_MAX) if cursor is None else feed.after(cursor, REPLAY_MAX)
     head = max([cursor or 0, *(r.id for r in rows)])
     events = sorted([*mine, *feed_events(rows, feed.origin)], key=lambda e: e.at)
