@@ -119,8 +119,10 @@ def test_an_operator_close_is_audited_in_the_same_transaction(mssql: Storage, re
     state, change = BreakerStore(mssql).close("mailer", Actor("ops:alice", "operator"))
     assert state.state == CLOSED and change is not None
     trips = executes(recorder)
-    assert [c.sql.split(" ")[0] for c in trips] == ["SELECT", "UPDATE", "INSERT"]
+    # The audit row and its event feed row (every process's Deck hears of it).
+    assert [c.sql.split(" ")[0] for c in trips] == ["SELECT", "UPDATE", "INSERT", "INSERT"]
     audit = trips[2]
+    assert trips[3].sql.startswith("INSERT INTO chokaq.[EventFeed]")
     assert audit.sql.startswith("INSERT INTO chokaq.[AuditLog]")
     assert "ops:alice" in audit.params[0] and "breaker.close" in audit.params[0]
     details = next(v for v in audit.params[0] if isinstance(v, str) and v.startswith("{"))
