@@ -217,10 +217,11 @@ def test_the_sweep_moves_rows_first_counters_last_in_bounded_batches(recorder: R
         recorder.clear()
         # Phase 1: a full batch, then a short one.
         abandoned = r"^UPDATE chokaq\.\[JobsHot\] SET \[Status\]=0, \[WorkerId\]=NULL, \[LastUpdatedUtc\]"
-        recorder.answer(abandoned, rowcount=2)
-        recorder.answer(abandoned, rowcount=1)
+        recorder.answer(abandoned, [("01F1",), ("01F2",)], ["Id"])
+        recorder.answer(abandoned, [("01F3",)], ["Id"])
         # Phase 2 (zombies with ZombieRetry): a full batch of two, then none.
-        recorder.answer(r"SET \[Status\]=0, \[WorkerId\]=NULL, \[HeartbeatUtc\]=NULL", [("a",), ("b",)], ["Queue"])
+        retried = [("a", "01R1"), ("b", "01R2")]
+        recorder.answer(r"SET \[Status\]=0, \[WorkerId\]=NULL, \[HeartbeatUtc\]=NULL", retried, ["Queue", "Id"])
         # Phase 3 (zombies to the DLQ): two ids, moved; then one.
         recorder.answer(r"^SELECT TOP 2 chokaq\.\[JobsHot\]\.\[Id\]", [("01Z1",), ("01Z2",)], ["Id"])
         recorder.answer(r"^SET NOCOUNT ON", [("01Z1", "a"), ("01Z2", "b")], ["Id", "Queue"])
@@ -229,6 +230,10 @@ def test_the_sweep_moves_rows_first_counters_last_in_bounded_batches(recorder: R
         result = s.sweep(fetched_timeout=60, zombie_timeout=60, max_attempts=3)
         assert (result.recovered, result.retried_zombies, result.archived) == (3, 2, 3)
         assert result.zombie_ids == ["01Z1", "01Z2", "01Z3"]
+        # Each transaction that moved jobs wrote its audit row and its event feed row, none other.
+        feed = [c for c in recorder.statements if c.sql.startswith("INSERT INTO chokaq.[EventFeed]")]
+        audit = [c for c in recorder.statements if c.sql.startswith("INSERT INTO chokaq.[AuditLog]")]
+        assert len(feed) == len(audit) == 5  # recover x2, retry x1, bury x2
 
         txs = transactions(recorder)
         for tx in txs:
