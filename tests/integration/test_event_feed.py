@@ -17,7 +17,7 @@ from chokaq.storage import DeadLetter, EventFeed, Storage, purge_events
 from chokaq.storage import event_feed as ef
 from chokaq.storage.schema import audit_log, event_feed
 from tests.helpers import counts, wait_for
-from tests.integration.test_worker import make_app, run_worker  # noqa: F401 - the fixture
+from tests.integration.test_worker import make_app
 
 N = 100
 
