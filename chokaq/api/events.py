@@ -194,6 +194,10 @@ async def stream(
         # Azure Functions buffers the whole response: answer with what is buffered plus one tick.
         max_events = len(backlog) + 1
     hub = stream_hub(request)
+    if hub.follower is not None and hub.follower.cursor is None:
+        # The follower's start (the feed's head) before this stream opens: what any process
+        # writes from the moment the browser sees the stream open reaches it.
+        await run_in_threadpool(hub.follower.tick)
     try:
         slot = hub.admit(f"{who.name} ({who.via})")
     except TooManyStreams as exc:
