@@ -151,3 +151,31 @@ def test_an_operator_action_from_another_surface_reaches_the_feed(db_url: str) -
     kinds = [(r.kind, r.data["action"], r.data["actor"]) for r in feed_rows(app.storage)]
     assert kinds[-1] == ("audit", "dlq.resurrect", "cli:ops")
     app.close()
+
+
+def test_postgres_notify_wakes_the_follower_at_each_commit(db_url: str) -> None:
+    import threading
+
+    mine = Storage(db_url)
+    mine.upgrade()
+    if not mine.supports_notify:
+        mine.close()
+        return  # the ticks alone elsewhere (the stream hub's interval)
+    other = Storage(db_url)
+    follower = FeedFollower(EventFeed(mine), EventBus())
+    wakes: list[int] = []
+    lock = threading.Lock()
+
+    def wake() -> None:
+        with lock:
+            wakes.append(1)
+
+    assert follower.listen(wake)
+    try:
+        wait_for(lambda: follower.listening.is_set() and len(wakes) == 1)  # its own wake on connecting
+        other.write(lambda c: ef.record(c, "audit", {"action": "x"}))
+        wait_for(lambda: len(wakes) == 2, timeout=10)
+    finally:
+        follower.stop_listening()
+        mine.close()
+        other.close()
