@@ -82,7 +82,7 @@ def test_the_script_shows_the_types_and_keys() -> None:
     script = render_script("mssql")
     assert f"[Queue] NVARCHAR(255) {BIN2} NOT NULL" in script
     assert f"[IdempotencyKey] NVARCHAR(255) {BIN2} NULL" in script
-    assert script.count("WITH (OPTIMIZE_FOR_SEQUENTIAL_KEY = ON)") == 4
+    assert script.count("WITH (OPTIMIZE_FOR_SEQUENTIAL_KEY = ON)") == 5  # with EventFeed's
     assert "VARCHAR(255)" not in script.replace("NVARCHAR(255)", "")
 
 
