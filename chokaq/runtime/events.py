@@ -30,6 +30,7 @@ EventKind = Literal[
     "breaker.changed",  # a job type's circuit breaker opened, went half-open or closed
     "dlq.batch",  # (from the feed) a worker's batch of dead-letters of one reason
     "audit",  # (from the feed) an operator's or the system's audited action
+    "schedule.fired",  # (from the feed) a schedule enqueued its due slots' jobs
 ]
 EVENT_KINDS: Final[tuple[EventKind, ...]] = get_args(EventKind)
 

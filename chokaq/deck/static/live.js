@@ -42,6 +42,7 @@ function describeEvent(e) {
     case "zombie.rescue": return rescueText(e);
     case "dlq.batch": return `${plural(e.count || 0, "job")} dead-lettered (${e.reason || "failed"})`;
     case "audit": return describeAudit(e);
+    case "schedule.fired": return `Schedule ${e.name} enqueued ${plural(e.count || 0, "job")}`;
     case "breaker.changed": return `Circuit breaker of ${e.type}: ${e.old} → ${e.new} (${e.by || "?"})`;
     case "job.archived": return `Job ${e.id} succeeded (${e.type || "?"} on ${e.queue || "?"})`;
     case "job.failed":
@@ -130,7 +131,7 @@ function handleEvent(e) {
   seen.add(key);
   if (seen.size > 2000) seen.clear();
   if (e.kind === "zombie.rescue") logRescue(e);
-  else logConsole(e.kind, describeEvent(e), e.at, e.kind === "dlq.batch" || e.kind === "audit" ? e : {});
+  else logConsole(e.kind, describeEvent(e), e.at, e.feed_id ? e : {});
   scheduleRefresh();
 }
 
