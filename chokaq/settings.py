@@ -212,6 +212,21 @@ class RetentionSettings(BaseModel):
         return None if isinstance(value, str) and not value.strip() else value
 
 
+class EventsSettings(BaseModel):
+    """The event feed every process writes and every serving process follows (docs/live-events.md)."""
+
+    retention: float = Field(
+        default=86400.0,
+        gt=0,
+        description="Events.Retention: seconds an event stays in the feed (the sweep purges older ones)",
+    )
+    max_rows: int = Field(
+        default=10_000,
+        ge=100,
+        description="Events.MaxRows: the feed keeps at most this many newest events (the sweep purges the rest)",
+    )
+
+
 class AdminSettings(BaseModel):
     tokens: dict[str, dict[str, str]] = Field(
         default_factory=dict,
@@ -275,6 +290,7 @@ class ChokaQSettings(BaseSettings):
     storage: StorageSettings = Field(default_factory=StorageSettings)
     queues: dict[str, QueueSettings] = Field(default_factory=dict)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    events: EventsSettings = Field(default_factory=EventsSettings)
     schedules: SchedulesSettings = Field(default_factory=SchedulesSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
     functions: FunctionsSettings = Field(default_factory=FunctionsSettings)

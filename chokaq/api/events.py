@@ -1,13 +1,16 @@
 """Live events for the Deck: Server-Sent Events, and a JSON polling fallback.
 
 Events are hints to reload; the database is the truth. The served app's bus (``app.bus``) carries
-what that app does in this process (edits, resurrects, worker outcomes, zombie rescues run here). Work done by
-other processes shows up through the ``stats.updated`` tick, computed from the database every
-``Admin.EventPollInterval`` seconds by one poll shared by all streams (:mod:`chokaq.api.stream_hub`).
+what that app does in this process (edits, resurrects, worker outcomes, zombie rescues run here).
+What other processes do reaches it through the event feed (chokaq/storage/event_feed.py), read by
+cursor by the feed follower (:mod:`chokaq.api.feed_follower`) that the one shared poll of all
+streams drives (:mod:`chokaq.api.stream_hub`), with the ``stats.updated`` tick every
+``Admin.EventPollInterval`` seconds.
 
 Each SSE message is unnamed (``data:`` only, so ``EventSource.onmessage`` receives all of them);
-the JSON carries ``kind``. The ``id:`` is the event time, so a reconnecting browser's
-``Last-Event-ID`` replays what it missed from the recent-events buffer.
+the JSON carries ``kind``. The ``id:`` is the feed's cursor (the row's id for a feed event, the
+follower's position for this process's own), so a reconnecting browser's ``Last-Event-ID``
+replays what it missed from the feed, whichever process wrote it.
 """
 
 from __future__ import annotations
@@ -23,19 +26,25 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chokaq.api.common import ERRORS, Viewer, chokaq_app, figures
+from chokaq.api.feed_follower import FeedFollower, feed_events
 from chokaq.api.models import ErrorOut, EventOut, RecentEventsOut, figures_out
 from chokaq.api.stream_hub import Slot, StreamHub, TooManyStreams
 from chokaq.runtime.events import Event, EventBus
-from chokaq.storage import FiguresCache
+from chokaq.storage import EventFeed, FiguresCache
 
 log = logging.getLogger("chokaq.api.events")
 router = APIRouter(prefix="/api/events", tags=["events"])
 
 
-def _sse(data: dict[str, Any], event_id: float | None = None) -> bytes:
+#: Feed rows a reconnecting stream or a first poll replays at most.
+REPLAY_MAX = 500
+
+
+def _sse(data: dict[str, Any], event_id: int | float | None = None) -> bytes:
     head = f"id: {event_id!r}\n" if event_id is not None else ""
     return f"{head}data: {json.dumps(data, default=str, separators=(',', ':'))}\n\n".encode()
 
@@ -45,18 +54,25 @@ def event_bus(request: Request) -> EventBus:
     return chokaq_app(request).bus
 
 
-def _since(bus: EventBus, after: float | None) -> list[Event]:
-    return [] if after is None else bus.since(after)
-
-
-def _resume_after(after: float | None, last_event_id: str | None) -> float | None:
-    """``?after=``, else a reconnecting browser's ``Last-Event-ID`` (an event time), else none."""
-    if after is not None or not last_event_id:
-        return after
+def _backlog(bus: EventBus, feed: EventFeed, after: float | None, last_event_id: str | None) -> list[Event]:
+    """What a (re)connecting stream missed: ``?after=`` (a time) from this process's buffer; else a
+    ``Last-Event-ID`` that is a feed cursor replays the feed after it, every process's rows."""
+    if after is not None:
+        return bus.since(after)
+    if not last_event_id:
+        return []
     try:
-        return float(last_event_id)
+        cursor = int(last_event_id)
     except ValueError:
-        return None
+        try:
+            return bus.since(float(last_event_id))  # an event time, from before the feed
+        except ValueError:
+            return []
+    return feed_events(feed.after(max(0, cursor), REPLAY_MAX))
+
+
+def event_feed(request: Request) -> EventFeed:
+    return EventFeed(chokaq_app(request).storage)
 
 
 def stats_snapshot(cache: FiguresCache) -> dict[str, Any]:
@@ -73,11 +89,13 @@ def stream_hub(request: Request) -> StreamHub:
     if hub is None:
         admin = chokaq_app(request).settings.admin
         cache = figures(request)
+        follower = FeedFollower(event_feed(request), event_bus(request))
         hub = request.app.state.stream_hub = StreamHub(
             lambda: stats_snapshot(cache),
             interval=admin.event_poll_interval,
             max_total=admin.max_event_streams,
             max_per_principal=admin.max_event_streams_per_principal,
+            follower=follower,
         )
     return hub
 
@@ -105,6 +123,12 @@ class _Stream:
         self.sent += 1
         return data
 
+    def _id(self, e: Event) -> int | None:
+        """The SSE id: the feed row's, else the follower's position (what a reconnect resumes after)."""
+        if e.feed_id is not None:
+            return e.feed_id
+        return self.hub.follower.cursor if self.hub.follower is not None else None
+
     def _full(self) -> bool:
         return self.max_events is not None and self.sent >= self.max_events
 
@@ -114,7 +138,7 @@ class _Stream:
             self.hub.attach(queue)
             yield f"retry: {int(self.interval * 1000)}\n\n".encode()
             for e in self.backlog:
-                yield self._counted(_sse(e.as_dict(), e.at))
+                yield self._counted(_sse(e.as_dict(), self._id(e)))
                 if self._full():
                     return
             async with contextlib.aclosing(self._live(queue)) as live:
@@ -138,7 +162,7 @@ class _Stream:
             if e.kind == "stats.unavailable":
                 yield b": stats unavailable\n\n"
                 continue
-            yield self._counted(_sse(e.as_dict(), None if e.kind == "stats.updated" else e.at))
+            yield self._counted(_sse(e.as_dict(), None if e.kind == "stats.updated" else self._id(e)))
         yield b": stream lifetime reached; reconnect\n\n"
 
 
@@ -165,11 +189,15 @@ async def stream(
     settings = chokaq_app(request).settings.admin
     interval = settings.event_poll_interval
     bus = event_bus(request)
-    backlog = _since(bus, _resume_after(after, last_event_id))
+    backlog = await run_in_threadpool(_backlog, bus, event_feed(request), after, last_event_id)
     if max_events is None and any(str(k).startswith("azure_functions.") for k in request.scope):
         # Azure Functions buffers the whole response: answer with what is buffered plus one tick.
         max_events = len(backlog) + 1
     hub = stream_hub(request)
+    if hub.follower is not None and hub.follower.cursor is None:
+        # The follower's start (the feed's head) before this stream opens: what any process
+        # writes from the moment the browser sees the stream open reaches it.
+        await run_in_threadpool(hub.follower.tick)
     try:
         slot = hub.admit(f"{who.name} ({who.via})")
     except TooManyStreams as exc:
@@ -190,9 +218,18 @@ def recent(
     request: Request,
     who: Viewer,
     after: Annotated[float | None, Query(description="only events newer than this (the last poll's `now`)")] = None,
+    cursor: Annotated[
+        int | None, Query(ge=0, description="only feed events after this id (the last poll's `cursor`)")
+    ] = None,
 ) -> RecentEventsOut:
-    """Buffered bus events as JSON: the fallback where responses are buffered (Azure Functions)."""
+    """This process's buffered bus events and every other process's from the event feed, as JSON:
+    the fallback where responses are buffered (Azure Functions)."""
     now = time.time()
     bus = event_bus(request)
-    events = list(bus.recent) if after is None else bus.since(after)
-    return RecentEventsOut(events=[EventOut(**e.as_dict()) for e in events], now=now)
+    feed = event_feed(request)
+    # The bus's own events only: what the follower put on it comes from the feed read below.
+    mine = [e for e in (list(bus.recent) if after is None else bus.since(after)) if e.feed_id is None]
+    rows = feed.latest(REPLAY_MAX) if cursor is None else feed.after(cursor, REPLAY_MAX)
+    head = max([cursor or 0, *(r.id for r in rows)])
+    events = sorted([*mine, *feed_events(rows, feed.origin)], key=lambda e: e.at)
+    return RecentEventsOut(events=[EventOut(**e.as_dict()) for e in events], now=now, cursor=head)

@@ -434,51 +434,7 @@ class EventOut(BaseModel):
 class RecentEventsOut(BaseModel):
     events: list[EventOut]
     now: float = Field(description="pass as ?after= on the next poll")
-
-
-# ---------------------------------------------------------------------------- schedules
-ScheduleName = Annotated[Text, Field(min_length=1, max_length=limits.MAX_SCHEDULE_NAME_LEN)]
-
-
-class ScheduleOut(BaseModel):
-    name: str
-    cron: str
-    cron_in_words: str
-    time_zone: str
-    job_type: str
-    queue: str
-    payload: str
-    missed_policy: str
-    missed_max: int
-    next_due_utc: str | None
-    last_slot_utc: str | None
-    last_fired_utc: str | None
-    last_job_id: str | None
-    last_job_outcome: str | None = Field(
-        description="where the last job is now: Pending, Fetched, Processing, Succeeded, a DLQ reason, or gone"
-    )
-    is_paused: bool
-    is_orphaned: bool
-    last_modified_by: str | None
-    last_updated_utc: str | None
-
-
-class ScheduleListOut(BaseModel):
-    items: list[ScheduleOut]
-    source_of_truth: str = Field(
-        default="code: a cron edited here lasts until the next worker or sweep start-up writes the code's own again"
-    )
-
-
-class SchedulePatchIn(_In):
-    """Admin only. Absent fields are unchanged."""
-
-    cron: Annotated[Text, Field(min_length=1, max_length=limits.MAX_CRON_LEN)] | None = None
-    time_zone: Annotated[Text, Field(min_length=1, max_length=limits.MAX_TIME_ZONE_LEN)] | None = None
-
-
-class ScheduleRunOut(BaseModel):
-    job_id: str
+    cursor: int = Field(0, description="the event feed's newest id seen: pass as ?cursor= on the next poll")
 
 
 class IncidentOut(BaseModel):

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 
 from chokaq.api.common import ERRORS, NOT_FOUND, Admin, Operator, Viewer, actor, chokaq_app, operations
-from chokaq.api.models import ScheduleListOut, ScheduleName, ScheduleOut, SchedulePatchIn, ScheduleRunOut
+from chokaq.api.models_schedules import ScheduleListOut, ScheduleName, ScheduleOut, SchedulePatchIn, ScheduleRunOut
 from chokaq.domain import limits
 from chokaq.domain.models import JobRecord
 from chokaq.domain.schedules import ScheduleInfo, describe

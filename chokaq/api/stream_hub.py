@@ -3,7 +3,8 @@
 Before this, each ``/api/events`` stream ran its own stats query every poll interval: 1,000
 streams opened by one viewer were 500 queries a second and a pinned core. Now one task polls
 while any stream is open and fans the snapshot out to every stream's queue, and a principal (and
-the process) may hold only so many streams at once.
+the process) may hold only so many streams at once. The same task drives the event feed's
+follower (feed_follower.py): a read per tick, and one at once when PostgreSQL's NOTIFY wakes it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+from chokaq.api.feed_follower import FeedFollower
 from chokaq.runtime.events import Event, offer
 
 log = logging.getLogger("chokaq.api.events")
@@ -40,9 +42,16 @@ class Slot:
 
 class StreamHub:
     def __init__(
-        self, snapshot: Callable[[], dict[str, Any]], *, interval: float, max_total: int, max_per_principal: int
+        self,
+        snapshot: Callable[[], dict[str, Any]],
+        *,
+        interval: float,
+        max_total: int,
+        max_per_principal: int,
+        follower: FeedFollower | None = None,
     ) -> None:
         self.snapshot = snapshot
+        self.follower = follower
         self.interval = interval
         self.max_total = max_total
         self.max_per_principal = max_per_principal
@@ -94,23 +103,55 @@ class StreamHub:
             self._subs = [(lp, q) for lp, q in self._subs if q is not queue]
 
     async def _poll(self) -> None:
-        while True:
-            with self._lock:
-                if not self._subs:
-                    self._latest = None  # nobody watching: stop, and never show stale numbers later
-                    return
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+        if self.follower is not None:
+
+            def wake() -> None:
+                loop.call_soon_threadsafe(woken.set)
+
+            self.follower.listen(wake)
+        try:
+            while True:
+                with self._lock:
+                    if not self._subs:
+                        self._latest = None  # nobody watching: stop, and never show stale numbers later
+                        return
+                await self._follow()
+                await self._stats()
+                # Until the next tick; a NOTIFY of a feed row brings the feed's read forward.
+                ends = loop.time() + self.interval
+                while (left := ends - loop.time()) > 0:
+                    try:
+                        await asyncio.wait_for(woken.wait(), timeout=left)
+                    except TimeoutError:
+                        break
+                    woken.clear()
+                    await self._follow()
+        finally:
+            if self.follower is not None:
+                self.follower.stop_listening()
+
+    async def _follow(self) -> None:
+        if self.follower is None:
+            return
+        try:
+            await run_in_threadpool(self.follower.tick)
+        except Exception as exc:  # the streams outlive a database blip
+            log.warning("event feed read failed: %s", exc)
+
+    async def _stats(self) -> None:
+        try:
+            self.polls += 1
+            event = Event("stats.updated", await run_in_threadpool(self.snapshot))
+        except Exception as exc:  # the streams outlive a database blip
+            log.warning("stats tick failed: %s", exc)
+            event = Event("stats.unavailable", {})
+        with self._lock:
+            self._latest = event if event.kind == "stats.updated" else None
+            subs = list(self._subs)
+        for loop, queue in subs:
             try:
-                self.polls += 1
-                event = Event("stats.updated", await run_in_threadpool(self.snapshot))
-            except Exception as exc:  # the streams outlive a database blip
-                log.warning("stats tick failed: %s", exc)
-                event = Event("stats.unavailable", {})
-            with self._lock:
-                self._latest = event if event.kind == "stats.updated" else None
-                subs = list(self._subs)
-            for loop, queue in subs:
-                try:
-                    loop.call_soon_threadsafe(offer, queue, event)
-                except RuntimeError:
-                    self.detach(queue)  # its loop is closed
-            await asyncio.sleep(self.interval)
+                loop.call_soon_threadsafe(offer, queue, event)
+            except RuntimeError:
+                self.detach(queue)  # its loop is closed

@@ -26,7 +26,7 @@ from chokaq.runtime.events import EventBus
 from chokaq.runtime.outage import Outage
 from chokaq.runtime.outcomes import Outcome
 from chokaq.runtime.worker_stats import Transition, WorkerStats
-from chokaq.storage import Completion, is_transient
+from chokaq.storage import Completion, DeadLetter, is_transient
 from chokaq.telemetry import instruments
 
 log = logging.getLogger("chokaq.worker")
@@ -39,6 +39,7 @@ class Finishing(Protocol):
     async def fail(
         self, lease: Lease, reason: FailureReason, details: str | None, attempts: str, notes: Notes | None = None
     ) -> bool: ...
+    async def fail_many(self, fails: Sequence[DeadLetter]) -> set[str]: ...
     async def retry(self, lease: Lease, delay: float, attempts: str, notes: Notes | None = None) -> bool: ...
     async def reschedule(self, leases: Sequence[Lease]) -> list[str]: ...
 
@@ -102,14 +103,20 @@ class Completer:
 
     async def record(self, batch: list[Outcome]) -> None:
         successes = [o for o in batch if o.kind == "success"]
-        others = [o for o in batch if o.kind != "success"]
+        # The batch's failures go to the DLQ in one transaction, with one event feed row per reason.
+        fails = [o for o in batch if o.kind == "fail"]
+        others = [o for o in batch if o.kind not in ("success", "fail")]
         attempt = 0
-        while successes or others:
+        while successes or fails or others:
             try:
                 if successes:
                     await self._record_successes(successes)
                     self.owner.recorded(successes)
                     successes = []
+                if fails:
+                    await self._record_fails(fails)
+                    self.owner.recorded(fails)
+                    fails = []
                 while others:
                     await self._record_one(others[0])
                     self.owner.recorded(others[:1])
@@ -118,11 +125,13 @@ class Completer:
             except Exception as exc:
                 if not self._retryable(exc):
                     # A bug or a refused statement: retrying cannot help. The sweep recovers the job.
-                    failed = successes or others[:1]
+                    failed = successes or fails or others[:1]
                     log.exception("finalising %d outcome(s) failed; the sweep will recover them", len(failed))
                     self.owner.abandoned(failed)
                     if successes:
                         successes = []
+                    elif fails:
+                        fails = []
                     else:
                         others.pop(0)
                     continue
@@ -149,21 +158,28 @@ class Completer:
         if self._breakers is not None and self._breakers.probes:
             await self._breakers.succeeded([o for o in successes if o.record.id in done])
 
+    async def _record_fails(self, fails: list[Outcome]) -> None:
+        ins = instruments()
+        letters = []
+        for o in fails:
+            assert o.reason is not None
+            letters.append(DeadLetter(o.lease, o.reason, o.details, o.history(), o.unwritten_notes()))
+        moved = await self.store.fail_many(letters)
+        for o in fails:
+            assert o.reason is not None
+            if o.record.id not in moved:
+                self.owner.conflict("fail", 1)
+                continue
+            self.counts.failed += 1
+            ins.dlq.add(1, {"queue": o.record.queue, "type": o.record.type, "reason": o.reason.label})
+            self._events.publish("job.failed", id=o.record.id, queue=o.record.queue, reason=o.reason.label)
+            if self._breakers is not None:
+                await self._breakers.failed(o)
+
     async def _record_one(self, o: Outcome) -> None:
         ins = instruments()
         attrs = {"queue": o.record.queue, "type": o.record.type}
-        if o.kind == "fail":
-            assert o.reason is not None
-            ok = await self.store.fail(o.lease, o.reason, o.details, o.history(), o.unwritten_notes())
-            if ok:
-                self.counts.failed += 1
-                ins.dlq.add(1, {**attrs, "reason": o.reason.label})
-                self._events.publish("job.failed", id=o.record.id, queue=o.record.queue, reason=o.reason.label)
-                if self._breakers is not None:
-                    await self._breakers.failed(o)
-            else:
-                self.owner.conflict("fail", 1)
-        elif o.kind == "retry":
+        if o.kind == "retry":
             ok = await self.store.retry(o.lease, o.delay, o.history(), o.unwritten_notes())
             if ok:
                 self.counts.retried += 1

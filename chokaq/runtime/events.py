@@ -3,9 +3,10 @@
 Each :class:`~chokaq.runtime.app.ChokaQ` app owns one bus (``app.bus``): two apps in one process
 (two databases, or a test beside the app under test) never see each other's events. What
 publishes to it is what runs in that app's process: the admin API's operator actions (through
-:mod:`chokaq.operations.service`), the app's workers and its sweeps. A process with no subscriber
-(a CLI command) has nobody to tell, so it does not publish; the Deck learns of such changes from
-the database, on its next ``stats.updated`` tick or reload.
+:mod:`chokaq.operations.service`), the app's workers and its sweeps. What other processes do
+(a sweep, a worker container, a CLI resurrect) reaches a serving process through the event feed
+in the database (chokaq/storage/event_feed.py), which its follower (chokaq/api/feed_follower.py)
+puts on this bus, each event with its row's id (``feed_id``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ EventKind = Literal[
     "stats.updated",  # the stream hub's periodic counts
     "zombie.rescue",  # a sweep moved abandoned or silent jobs
     "breaker.changed",  # a job type's circuit breaker opened, went half-open or closed
+    "dlq.batch",  # (from the feed) a worker's batch of dead-letters of one reason
+    "audit",  # (from the feed) an operator's or the system's audited action
+    "schedule.fired",  # (from the feed) a schedule enqueued its due slots' jobs
 ]
 EVENT_KINDS: Final[tuple[EventKind, ...]] = get_args(EventKind)
 
@@ -39,9 +43,14 @@ class Event:
     kind: EventKind | StatsUnavailable
     data: dict[str, Any]
     at: float = field(default_factory=time.time)
+    #: The event feed row it came from (its cursor); None for an event of this process's own.
+    feed_id: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "at": self.at, **self.data}
+        out = {"kind": self.kind, "at": self.at, **self.data}
+        if self.feed_id is not None:
+            out["feed_id"] = self.feed_id
+        return out
 
 
 class EventBus:
@@ -63,6 +72,11 @@ class EventBus:
         if items:
             at = time.time()
             self._deliver([Event(kind, data, at) for data in items])
+
+    def deliver(self, events: list[Event]) -> None:
+        """Events made elsewhere (the feed follower's), as they are."""
+        if events:
+            self._deliver(events)
 
     def _deliver(self, events: list[Event]) -> None:
         with self._lock:

@@ -15,7 +15,7 @@ from chokaq.runtime.events import EventBus
 from chokaq.runtime.handlers import Handler
 from chokaq.runtime.outage import Outage
 from chokaq.settings import ChokaQSettings
-from chokaq.storage import Storage, WorkerDirectory, is_transient
+from chokaq.storage import Storage, WorkerDirectory, is_transient, purge_events
 from chokaq.telemetry import instruments, tracer
 
 log = logging.getLogger("chokaq.sweep")
@@ -47,6 +47,7 @@ def run_sweep(
         if breakers or settings.execution.circuit_breaker.enabled:
             result = _expire_behind_breakers(storage, settings, result, events)
         _sweep_workers(storage, settings)
+        _purge_events(storage, settings)
     ins = instruments()
     ins.sweeps.add(1)
     if result.archived:
@@ -92,6 +93,24 @@ def _expire_behind_breakers(
 
 
 _workers_failing = False
+_events_failing = False
+
+
+def _purge_events(storage: Storage, settings: ChokaQSettings) -> None:
+    """The event feed bounded (Events.Retention, Events.MaxRows), after the jobs' sweep and never in
+    its way: a failure here (a database not yet upgraded) is logged once, as for Workers."""
+    global _events_failing
+    try:
+        purged = purge_events(storage, max_age=settings.events.retention, max_rows=settings.events.max_rows)
+    except Exception as exc:
+        if not _events_failing:
+            _events_failing = True
+            reason = redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])[:300]
+            log.warning("the sweep could not purge the event feed (%s: %s)", type(exc).__name__, reason)
+        return
+    _events_failing = False
+    if purged:
+        log.info("purged %d event feed row(s) past Events.Retention or Events.MaxRows", purged)
 
 
 def _sweep_workers(storage: Storage, settings: ChokaQSettings) -> None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from chokaq.storage.dialects.postgres_listen import listen
 from chokaq.storage.engine import is_transient
 from chokaq.storage.steps import finish_step, load_steps, start_step
-from chokaq.storage.store import Completion, StartResult, Storage
+from chokaq.storage.store import Completion, DeadLetter, StartResult, Storage
 from chokaq.storage.transactions import Ambiguity
 from chokaq.storage.worker_store import Take, WorkerStore
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from chokaq.storage.admin import AdminStore
     from chokaq.storage.admin_types import Actor, BulkResult, JobEdit, JobFilter
     from chokaq.storage.breakers import BreakerStore
+    from chokaq.storage.event_feed import SYSTEM_SWEEP, EventFeed, FeedRow, purge_events
     from chokaq.storage.figures_cache import Figures, FiguresCache
     from chokaq.storage.history import WAIT_BASIS, WINDOWS, load_history
     from chokaq.storage.incidents import Incident, crash_incidents
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from chokaq.storage.workers import WorkerDirectory, WorkerPresence
 
 __all__ = [
+    "SYSTEM_SWEEP",
     "WAIT_BASIS",
     "WINDOWS",
     "Actor",
@@ -54,6 +56,9 @@ __all__ = [
     "BreakerStore",
     "BulkResult",
     "Completion",
+    "DeadLetter",
+    "EventFeed",
+    "FeedRow",
     "Figures",
     "FiguresCache",
     "Incident",
@@ -72,6 +77,7 @@ __all__ = [
     "listen",
     "load_history",
     "load_steps",
+    "purge_events",
     "render_queries",
     "render_script",
     "settle_verdict",
@@ -84,6 +90,10 @@ _LAZY = {
     "Actor": "chokaq.storage.admin_types",
     "BreakerStore": "chokaq.storage.breakers",
     "BulkResult": "chokaq.storage.admin_types",
+    "EventFeed": "chokaq.storage.event_feed",
+    "FeedRow": "chokaq.storage.event_feed",
+    "SYSTEM_SWEEP": "chokaq.storage.event_feed",
+    "purge_events": "chokaq.storage.event_feed",
     "Figures": "chokaq.storage.figures_cache",
     "FiguresCache": "chokaq.storage.figures_cache",
     "JobEdit": "chokaq.storage.admin_types",

@@ -3,13 +3,12 @@ makes it. The reads they build on are :class:`JobListing`'s (listing.py)."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
-from sqlalchemy import Connection, Select, and_, delete, func, insert, null, or_, select, update
+from sqlalchemy import Connection, Select, and_, delete, func, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from chokaq.domain import limits
@@ -18,6 +17,7 @@ from chokaq.domain.errors import ConflictError, JobValidationError, NotFoundErro
 from chokaq.domain.models import JobRecord, QueueInfo
 from chokaq.domain.states import FailureReason, JobStatus, Location
 from chokaq.domain.steps import ResurrectSteps
+from chokaq.storage import event_feed
 from chokaq.storage.admin_types import Actor, BulkResult, JobEdit, JobFilter, Page, parse_snapshot, snapshot_text
 from chokaq.storage.cancel import cancel_jobs
 from chokaq.storage.incidents import LEAVING, zombies_leaving
@@ -26,7 +26,7 @@ from chokaq.storage.moving import bump_stats, move_rows
 from chokaq.storage.queues import UNSET, Override
 from chokaq.storage.records import dlq_record, hot_record
 from chokaq.storage.retention import purge_older
-from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot
+from chokaq.storage.schema import jobs_archive, jobs_dlq, jobs_hot
 from chokaq.storage.sqlfuncs import row_lock, utcnow
 from chokaq.storage.statements import FAILED, PENDING, status_is
 from chokaq.storage.steps import delete_steps, journal_at_resurrect
@@ -68,17 +68,8 @@ class AdminStore(JobListing):
     def audit(
         conn: Connection, actor: Actor, action: str, job_ids: Sequence[str], details: dict[str, Any] | None = None
     ) -> None:
-        conn.execute(
-            insert(audit_log).values(
-                AtUtc=utcnow(),
-                Actor=actor.name,
-                Role=actor.role,
-                Action=action,
-                JobIds=json.dumps(list(job_ids)[: limits.MAX_BULK_IDS]),
-                JobCount=len(job_ids),
-                Details=json.dumps(details, default=str) if details else null(),  # nulls.py
-            )
-        )
+        """The action's AuditLog row and its event feed row (every process's Deck hears of it)."""
+        event_feed.audit(conn, actor, action, job_ids, details)
 
     # ------------------------------------------------------------------ edits
     def edit_pending(self, job_id: str, edit: JobEdit, actor: Actor) -> JobRecord:

@@ -22,6 +22,8 @@ from chokaq.domain import breakers as b
 from chokaq.domain.errors import NotFoundError
 from chokaq.domain.keys import check_key
 from chokaq.domain.models import JobRecord
+from chokaq.domain.states import FailureReason
+from chokaq.storage import event_feed
 from chokaq.storage.admin_types import Actor
 from chokaq.storage.dialects import profile_of
 from chokaq.storage.moving import run_move
@@ -72,6 +74,15 @@ def _naive(value: Any) -> datetime:
     return value.replace(tzinfo=None)
 
 
+def _announced(c: Connection, change: b.BreakerChange | None) -> b.BreakerChange | None:
+    """A change of state, in the event feed of its transaction (every process's Deck hears it);
+    nothing when the state stayed."""
+    if change is not None:
+        data = {"type": change.job_type, "old": change.old, "new": change.new, "by": change.by}
+        event_feed.record(c, "breaker.changed", data)
+    return change
+
+
 def _write(c: Connection, new: b.BreakerState) -> None:
     values = {
         "b_State": new.state,
@@ -103,7 +114,7 @@ class BreakerStore:
             assert old is not None
             new = b.on_failure(old, policy, now, by)
             _write(c, new)
-            return b.change_of(old, new, by)
+            return _announced(c, b.change_of(old, new, by))
 
         return self.storage.write(work, op="breaker_failure")
 
@@ -117,7 +128,7 @@ class BreakerStore:
                 return None
             new = b.closed(old, now, by)
             _write(c, new)
-            return b.change_of(old, new, by)
+            return _announced(c, b.change_of(old, new, by))
 
         return self.storage.write(work, op="breaker_probe_success")
 
@@ -151,7 +162,7 @@ class BreakerStore:
                     new = replace(new, probes_in_flight=new.probes_in_flight + len(jobs), last_updated_utc=now)
             if new != old:
                 _write(c, new)
-            return jobs, b.change_of(old, new, worker_id)
+            return jobs, _announced(c, b.change_of(old, new, worker_id))
 
         return self.storage.write(work, op="breaker_probes")
 
@@ -192,7 +203,11 @@ class BreakerStore:
             ids = [r[0] for r in c.execute(ids_stmt)]
             if not ids:
                 return []
-            return [job_id for job_id, _ in run_move(c, move, {"breaker_ids": ids})]
+            expired = [job_id for job_id, _ in run_move(c, move, {"breaker_ids": ids})]
+            if expired:
+                data = {"reason": FailureReason.CIRCUIT_BREAKER_OPEN.label, "count": len(expired)}
+                event_feed.record(c, "dlq.batch", {**data, "ids": expired[: event_feed.MAX_EVENT_IDS]})
+            return expired
 
         moved: list[str] = []
         while True:

@@ -15,6 +15,7 @@ from chokaq.storage.dialects import profile_of
 from chokaq.storage.schema import (
     SCHEMA,
     circuit_breakers,
+    event_feed,
     job_steps,
     jobs_archive,
     jobs_dlq,
@@ -103,6 +104,12 @@ def _v10_step_journal(conn: Connection) -> None:
     job_steps.create(conn, checkfirst=True)
 
 
+def _v12_event_feed(conn: Connection) -> None:
+    # The event feed every process writes and every serving process reads (docs/live-events.md).
+    # A new table with its index: step 1 may just have created it.
+    event_feed.create(conn, checkfirst=True)
+
+
 def _v13_index_options(conn: Connection) -> None:
     # SQL Server: the claim index includes Type (every claim reads it), the history's columns
     # ride in the archive and DLQ time indexes, and the ever-growing secondary keys get
@@ -129,6 +136,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (9, "Logs and Progress on JobsHot, JobsArchive and JobsDLQ (job logs)", _v9_job_logs),
     (10, "JobSteps (the step journal)", _v10_step_journal),
     (11, "DLQ search indexes (pg_trgm on PostgreSQL, FTS5 trigram on SQLite)", _v11_search_indexes),
+    (12, "EventFeed (live events from every process)", _v12_event_feed),
     (13, "SQL Server: included columns of the claim and history indexes, sequential-key options", _v13_index_options),
     (14, "IX_JobsDLQ_Reason (the DLQ filtered by failure reason)", _v14_dlq_reason_index),
 ]

@@ -14,11 +14,12 @@ from typing import Any
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
-from chokaq.settings import ExecutionSettings, RecoverySettings, RetrySettings, StorageSettings
+from chokaq.settings import EventsSettings, ExecutionSettings, RecoverySettings, RetrySettings, StorageSettings
 from chokaq.storage import statements as st
 from chokaq.storage.dialects import PROFILES, Profile
 from chokaq.storage.schema import jobs_dlq
 from chokaq.storage.statements import breakers as sb
+from chokaq.storage.statements import feed as sf
 from chokaq.storage.statements import schedules as sch
 from chokaq.storage.statements import steps as stp
 from chokaq.storage.statements import workers as wk
@@ -136,6 +137,15 @@ def statements(dialect_name: str) -> list[tuple[str, str, ClauseElement]]:
          stp.purge_older_steps_statement(jobs_dlq, jobs_dlq.c.FailedAtUtc, RETENTION_CUTOFF, cleanup)),
         ("retention_dlq", f"Retention.DlqDays: the oldest dead jobs past the cutoff deleted, {cleanup} per transaction",
          st.purge_older_statement(jobs_dlq, jobs_dlq.c.FailedAtUtc, RETENTION_CUTOFF, cleanup)),
+        # The event feed (docs/live-events.md): never sent for a successful job.
+        ("feed_insert", "event feed: one row in the transaction of what it describes (a sweep's rescue, a batch "
+         "of dead-letters of one reason, an audited action)", sf.feed_insert_statement()),
+        ("feed_after", "event feed: a follower's read after its cursor (a range on the primary key), "
+         "every Admin.EventPollInterval and at each NOTIFY", sf.feed_after_statement(500)),
+        ("feed_purge_age", f"sweep: event feed rows past Events.Retention deleted, {cleanup} per transaction",
+         sf.feed_purge_age_statement(EventsSettings().retention, cleanup)),
+        ("feed_purge_count", f"sweep: event feed rows beyond the newest Events.MaxRows deleted, {cleanup} per "
+         "transaction", sf.feed_purge_count_statement(cleanup)),
     ]  # fmt: skip
 
 

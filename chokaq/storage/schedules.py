@@ -34,6 +34,7 @@ from chokaq.domain.schedules import (
     slot_key,
     zone,
 )
+from chokaq.storage import event_feed
 from chokaq.storage.admin_types import Actor
 from chokaq.storage.nulls import inline_nulls
 from chokaq.storage.schema import audit_log, schedules
@@ -187,6 +188,8 @@ class ScheduleStore:
             if ids:
                 params.update(last_slot=plan.slots[-1], last_job=ids[-1])
             c.execute(advance_statement(bool(ids)), params)
+            if ids:  # every process's Deck hears of the firing (storage/event_feed.py)
+                event_feed.record(c, "schedule.fired", {"name": name, "count": len(ids), "ids": ids[-20:]})
             lag = (now - plan.slots[-1]).total_seconds() if plan.slots else 0.0
             return Fired(name, plan.slots, ids, plan.next_due, plan.dropped, lag)
 

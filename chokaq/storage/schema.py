@@ -338,6 +338,26 @@ audit_log = Table(
 Index("IX_AuditLog_AtUtc", audit_log.c.AtUtc, mssql_sequential_key=True)
 Index("IX_AuditLog_Actor", audit_log.c.Actor, audit_log.c.AtUtc)
 
+# The event feed (docs/live-events.md): what the Deck should hear of, from every process, written in
+# the transaction of the change it describes (a sweep's rescue, a batch of dead-letters, an
+# operator action), never one row per successful job. Readers follow it by Id (the cursor);
+# Origin names the writing process's storage, so its own readers skip what their bus already
+# carried. Bounded by Events.Retention and Events.MaxRows (the sweep purges it in batches).
+event_feed = Table(
+    "EventFeed",
+    metadata,
+    Column("Id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("AtUtc", UtcTime, nullable=False),
+    Column("Kind", String(50), nullable=False),
+    Column("Origin", String(64), nullable=False),
+    Column("Data", LongText),
+    info={SEQUENTIAL_KEY: True},
+    # Ids never reused, even after a purge emptied the table: a follower's cursor stays valid.
+    sqlite_autoincrement=True,
+)
+# The age purge's read (the cursor's is the primary key).
+Index("IX_EventFeed_AtUtc", event_feed.c.AtUtc)
+
 # Recurring jobs (docs/schedules.md). Code declares them and upserts its rows at start-up; a row
 # whose schedule left the code is marked orphaned and fires no more. NextDueUtc is the next slot;
 # the firing transaction locks the row, enqueues that slot's job and moves NextDueUtc on, together.

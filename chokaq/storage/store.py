@@ -25,11 +25,13 @@ from chokaq.settings import StorageSettings
 from chokaq.storage import moving, recovery
 from chokaq.storage import statements as st
 from chokaq.storage.claims import Claimer, ClaimOptions
+from chokaq.storage.dead_letters import DeadLetter, fail_many
 from chokaq.storage.dialects import profile_of
 from chokaq.storage.dialects.postgres_statistics import STATISTICS_MIN_AGE, StatisticsCheck
 from chokaq.storage.engine import build_engine
 from chokaq.storage.enqueue import Enqueuer, new_job_id
 from chokaq.storage.enqueue_batch import BatchEnqueuer
+from chokaq.storage.event_feed import new_origin
 from chokaq.storage.job_notes import Notes, bind_many
 from chokaq.storage.lookup import get_job_statement, record_from_union
 from chokaq.storage.loop_transport import ConnectArgs, LoopTransport, loop_supported
@@ -38,7 +40,7 @@ from chokaq.storage.moving import bump_stats
 from chokaq.storage.queue_figures import read_queue_stats
 from chokaq.storage.queues import UNSET, Override, QueueCache, queue_values, read_queues
 from chokaq.storage.records import hot_record
-from chokaq.storage.schema import hot_record_columns, jobs_archive, jobs_dlq, jobs_hot
+from chokaq.storage.schema import hot_record_columns, jobs_archive, jobs_hot
 from chokaq.storage.sqlfuncs import utcnow
 from chokaq.storage.statements import FETCHED, PROCESSING, MoveStatements, fence_params
 from chokaq.storage.transactions import Ambiguity, Transactions
@@ -48,7 +50,7 @@ from chokaq.storage.worker_types import Completion, StartResult
 
 log = logging.getLogger("chokaq.storage")
 T = TypeVar("T")
-__all__ = ["Completion", "StartResult", "Storage", "new_job_id"]
+__all__ = ["Completion", "DeadLetter", "StartResult", "Storage", "new_job_id"]
 
 
 # What a start stamps on a job: (attempt, started at, heartbeat, last updated, ZombieRetry).
@@ -79,6 +81,8 @@ class Storage:
         self.dialect = self.engine.dialect.name
         self.profile = profile_of(self.engine.dialect)
         self.tx = Transactions(self.engine, self.settings)
+        # Names this storage's event feed rows, so this process's followers skip them (event_feed.py).
+        self.origin = new_origin(self.engine)
         self.queue_cache = QueueCache()
         self.wakeups = Wakeups()
         self.lost_replies = LostReplies(self.tx)
@@ -379,16 +383,12 @@ class Storage:
     ) -> bool:
         """Processing -> DLQ. False when the worker no longer owns the job (a stale move). ``attempts``:
         the job's history with this attempt added (None: kept); ``notes``: its new logs and progress."""
-        groups, params = fence_params(lease.worker_id, [lease], self.dialect)
-        params["failure_reason"] = int(reason)
-        if error_details is not None:
-            params["error_details"] = error_details
-        if attempts is not None:
-            params["attempts"] = attempts
-        written = (error_details is not None, attempts is not None, *(notes or Notes()).bind(params))
-        if self.move(st.fail_statements(groups, *written), params, op="fail"):
-            return True
-        return bool(self.lost_replies.already(jobs_dlq, [lease], jobs_dlq.c.FailureReason == int(reason)))
+        return bool(self.fail_many([DeadLetter(lease, reason, error_details, attempts, notes)]))
+
+    def fail_many(self, fails: Sequence[DeadLetter]) -> set[str]:
+        """A worker's failures to the DLQ in one transaction, with one event feed row per reason
+        (see :func:`dead_letters.fail_many`). Returns the ids moved."""
+        return fail_many(self, fails)
 
     def retry(
         self, lease: Lease, delay_seconds: float, attempts: str | None = None, notes: Notes | None = None

@@ -31,6 +31,7 @@ from chokaq.storage.transactions import Ambiguity
 log = logging.getLogger("chokaq.worker")
 
 if TYPE_CHECKING:
+    from chokaq.storage.dead_letters import DeadLetter
     from chokaq.storage.loop_transport import LoopTransport
     from chokaq.storage.store import Completion, StartResult, Storage
 
@@ -190,6 +191,10 @@ class WorkerStore:
         self, lease: Lease, reason: FailureReason, details: str | None, attempts: str, notes: Notes | None = None
     ) -> bool:
         return await self.call(self.storage.fail, lease, reason, details, attempts, notes)
+
+    async def fail_many(self, fails: Sequence[DeadLetter]) -> set[str]:
+        """A batch of failures in one transaction (:meth:`Storage.fail_many`)."""
+        return await self.call(self.storage.fail_many, fails)
 
     async def retry(self, lease: Lease, delay: float, attempts: str, notes: Notes | None = None) -> bool:
         return await self.call(self.storage.retry, lease, delay, attempts, notes)

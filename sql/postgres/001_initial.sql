@@ -27,6 +27,15 @@ CREATE TABLE chokaq."CircuitBreakers" (
 	"LastUpdatedUtc" TIMESTAMP WITHOUT TIME ZONE NOT NULL, 
 	PRIMARY KEY ("JobType")
 );
+CREATE TABLE chokaq."EventFeed" (
+	"Id" BIGSERIAL NOT NULL, 
+	"AtUtc" TIMESTAMP WITHOUT TIME ZONE NOT NULL, 
+	"Kind" VARCHAR(50) NOT NULL, 
+	"Origin" VARCHAR(64) NOT NULL, 
+	"Data" TEXT, 
+	PRIMARY KEY ("Id")
+);
+CREATE INDEX "IX_EventFeed_AtUtc" ON chokaq."EventFeed" ("AtUtc");
 CREATE TABLE chokaq."JobSteps" (
 	"JobId" VARCHAR(50) NOT NULL, 
 	"Name" VARCHAR(200) NOT NULL, 
@@ -193,5 +202,6 @@ INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALU
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (9, 'Logs and Progress on JobsHot, JobsArchive and JobsDLQ (job logs)', (now() AT TIME ZONE 'UTC'));
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (10, 'JobSteps (the step journal)', (now() AT TIME ZONE 'UTC'));
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (11, 'DLQ search indexes (pg_trgm on PostgreSQL, FTS5 trigram on SQLite)', (now() AT TIME ZONE 'UTC'));
+INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (12, 'EventFeed (live events from every process)', (now() AT TIME ZONE 'UTC'));
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (13, 'SQL Server: included columns of the claim and history indexes, sequential-key options', (now() AT TIME ZONE 'UTC'));
 INSERT INTO "chokaq"."SchemaMigrations" ("Version", "Name", "AppliedAtUtc") VALUES (14, 'IX_JobsDLQ_Reason (the DLQ filtered by failure reason)', (now() AT TIME ZONE 'UTC'));

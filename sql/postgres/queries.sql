@@ -108,7 +108,7 @@ UPDATE chokaq."JobsHot" SET "Status"=0, "WorkerId"=NULL, "LastUpdatedUtc"=(clock
 UPDATE chokaq."JobsHot" SET "Status"=0, "WorkerId"=NULL, "LastUpdatedUtc"=(clock_timestamp() AT TIME ZONE 'UTC') WHERE chokaq."JobsHot"."Id" IN (SELECT chokaq."JobsHot"."Id"
 FROM chokaq."JobsHot"
 WHERE chokaq."JobsHot"."Status" = 1 AND chokaq."JobsHot"."LastUpdatedUtc" < ((clock_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => CAST((CAST(:param_1 AS FLOAT)) AS DOUBLE PRECISION)))
- LIMIT :param_2::INTEGER) AND chokaq."JobsHot"."Status" = 1 AND chokaq."JobsHot"."LastUpdatedUtc" < ((clock_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => CAST((CAST(:param_1 AS FLOAT)) AS DOUBLE PRECISION)));
+ LIMIT :param_2::INTEGER) AND chokaq."JobsHot"."Status" = 1 AND chokaq."JobsHot"."LastUpdatedUtc" < ((clock_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => CAST((CAST(:param_1 AS FLOAT)) AS DOUBLE PRECISION))) RETURNING chokaq."JobsHot"."Id";
 
 -- name: sweep_retry_ids
 -- sweep: the ids (and workers) of expired ZombieRetry jobs, one batch
@@ -310,3 +310,29 @@ DELETE FROM chokaq."JobsDLQ" WHERE chokaq."JobsDLQ"."Id" IN (SELECT chokaq."Jobs
 FROM chokaq."JobsDLQ"
 WHERE chokaq."JobsDLQ"."FailedAtUtc" < :FailedAtUtc_1::TIMESTAMP WITHOUT TIME ZONE ORDER BY chokaq."JobsDLQ"."FailedAtUtc", chokaq."JobsDLQ"."Id"
  LIMIT :param_1::INTEGER) AND chokaq."JobsDLQ"."FailedAtUtc" < :FailedAtUtc_2::TIMESTAMP WITHOUT TIME ZONE;
+
+-- name: feed_insert
+-- event feed: one row in the transaction of what it describes (a sweep's rescue, a batch of dead-letters of one reason, an audited action)
+INSERT INTO chokaq."EventFeed" ("AtUtc", "Kind", "Origin", "Data") VALUES ((clock_timestamp() AT TIME ZONE 'UTC'), :feed_kind::VARCHAR, :feed_origin::VARCHAR, :feed_data::VARCHAR) RETURNING chokaq."EventFeed"."Id";
+
+-- name: feed_after
+-- event feed: a follower's read after its cursor (a range on the primary key), every Admin.EventPollInterval and at each NOTIFY
+SELECT chokaq."EventFeed"."Id", chokaq."EventFeed"."AtUtc", chokaq."EventFeed"."Kind", chokaq."EventFeed"."Origin", chokaq."EventFeed"."Data"
+FROM chokaq."EventFeed"
+WHERE chokaq."EventFeed"."Id" > CAST(:feed_after::BIGINT AS BIGINT) ORDER BY chokaq."EventFeed"."Id"
+ LIMIT :param_1::INTEGER;
+
+-- name: feed_purge_age
+-- sweep: event feed rows past Events.Retention deleted, 1000 per transaction
+DELETE FROM chokaq."EventFeed" WHERE chokaq."EventFeed"."Id" IN (SELECT chokaq."EventFeed"."Id"
+FROM chokaq."EventFeed"
+WHERE chokaq."EventFeed"."AtUtc" < ((clock_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => CAST((CAST(:param_1 AS FLOAT)) AS DOUBLE PRECISION))) ORDER BY chokaq."EventFeed"."Id"
+ LIMIT :param_2::INTEGER) AND chokaq."EventFeed"."AtUtc" < ((clock_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => CAST((CAST(:param_1 AS FLOAT)) AS DOUBLE PRECISION)));
+
+-- name: feed_purge_count
+-- sweep: event feed rows beyond the newest Events.MaxRows deleted, 1000 per transaction
+DELETE FROM chokaq."EventFeed" WHERE chokaq."EventFeed"."Id" IN (SELECT chokaq."EventFeed"."Id"
+FROM chokaq."EventFeed"
+WHERE chokaq."EventFeed"."Id" <= (SELECT max(chokaq."EventFeed"."Id") AS max_1
+FROM chokaq."EventFeed") - CAST(:feed_keep::BIGINT AS BIGINT) ORDER BY chokaq."EventFeed"."Id"
+ LIMIT :param_1::INTEGER);

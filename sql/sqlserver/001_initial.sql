@@ -41,6 +41,17 @@ CREATE TABLE chokaq.[CircuitBreakers] (
 	PRIMARY KEY ([JobType])
 )
 GO
+CREATE TABLE chokaq.[EventFeed] (
+	[Id] BIGINT NOT NULL IDENTITY, 
+	[AtUtc] DATETIME2(7) NOT NULL, 
+	[Kind] VARCHAR(50) NOT NULL, 
+	[Origin] VARCHAR(64) NOT NULL, 
+	[Data] NVARCHAR(max) NULL, 
+	PRIMARY KEY CLUSTERED ([Id]) WITH (OPTIMIZE_FOR_SEQUENTIAL_KEY = ON)
+)
+GO
+CREATE INDEX [IX_EventFeed_AtUtc] ON chokaq.[EventFeed] ([AtUtc])
+GO
 CREATE TABLE chokaq.[JobSteps] (
 	[JobId] VARCHAR(50) COLLATE Latin1_General_100_BIN2 NOT NULL, 
 	[Name] NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NOT NULL, 
@@ -236,6 +247,8 @@ GO
 INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (10, 'JobSteps (the step journal)', SYSUTCDATETIME())
 GO
 INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (11, 'DLQ search indexes (pg_trgm on PostgreSQL, FTS5 trigram on SQLite)', SYSUTCDATETIME())
+GO
+INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (12, 'EventFeed (live events from every process)', SYSUTCDATETIME())
 GO
 INSERT INTO [chokaq].[SchemaMigrations] ([Version], [Name], [AppliedAtUtc]) VALUES (13, 'SQL Server: included columns of the claim and history indexes, sequential-key options', SYSUTCDATETIME())
 GO

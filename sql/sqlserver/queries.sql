@@ -146,7 +146,7 @@ GO
 
 -- name: sweep_recover
 -- sweep: Fetched past Recovery.FetchedJobTimeout -> Pending, one batch
-UPDATE chokaq.[JobsHot] SET [Status]=0, [WorkerId]=NULL, [LastUpdatedUtc]=SYSUTCDATETIME() WHERE chokaq.[JobsHot].[Id] IN (SELECT TOP 1000 chokaq.[JobsHot].[Id]
+UPDATE chokaq.[JobsHot] SET [Status]=0, [WorkerId]=NULL, [LastUpdatedUtc]=SYSUTCDATETIME() OUTPUT inserted.[Id] WHERE chokaq.[JobsHot].[Id] IN (SELECT TOP 1000 chokaq.[JobsHot].[Id]
 FROM chokaq.[JobsHot]
 WHERE chokaq.[JobsHot].[Status] = 1 AND chokaq.[JobsHot].[LastUpdatedUtc] < DATEADD(SECOND, CAST(FLOOR(CAST(:param_2 AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:param_2 AS FLOAT)) - FLOOR(CAST(:param_2 AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME()))) AND chokaq.[JobsHot].[Status] = 1 AND chokaq.[JobsHot].[LastUpdatedUtc] < DATEADD(SECOND, CAST(FLOOR(CAST(:param_2 AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:param_2 AS FLOAT)) - FLOOR(CAST(:param_2 AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME()))
 GO
@@ -408,4 +408,31 @@ GO
 DELETE FROM chokaq.[JobsDLQ] WHERE chokaq.[JobsDLQ].[Id] IN (SELECT TOP 1000 chokaq.[JobsDLQ].[Id]
 FROM chokaq.[JobsDLQ]
 WHERE chokaq.[JobsDLQ].[FailedAtUtc] < :FailedAtUtc_1 ORDER BY chokaq.[JobsDLQ].[FailedAtUtc], chokaq.[JobsDLQ].[Id]) AND chokaq.[JobsDLQ].[FailedAtUtc] < :FailedAtUtc_2
+GO
+
+-- name: feed_insert
+-- event feed: one row in the transaction of what it describes (a sweep's rescue, a batch of dead-letters of one reason, an audited action)
+INSERT INTO chokaq.[EventFeed] ([AtUtc], [Kind], [Origin], [Data]) OUTPUT inserted.[Id] VALUES (SYSUTCDATETIME(), :feed_kind, :feed_origin, :feed_data)
+GO
+
+-- name: feed_after
+-- event feed: a follower's read after its cursor (a range on the primary key), every Admin.EventPollInterval and at each NOTIFY
+SELECT TOP 500 chokaq.[EventFeed].[Id], chokaq.[EventFeed].[AtUtc], chokaq.[EventFeed].[Kind], chokaq.[EventFeed].[Origin], chokaq.[EventFeed].[Data]
+FROM chokaq.[EventFeed]
+WHERE chokaq.[EventFeed].[Id] > CAST(:feed_after AS BIGINT) ORDER BY chokaq.[EventFeed].[Id]
+GO
+
+-- name: feed_purge_age
+-- sweep: event feed rows past Events.Retention deleted, 1000 per transaction
+DELETE FROM chokaq.[EventFeed] WHERE chokaq.[EventFeed].[Id] IN (SELECT TOP 1000 chokaq.[EventFeed].[Id]
+FROM chokaq.[EventFeed]
+WHERE chokaq.[EventFeed].[AtUtc] < DATEADD(SECOND, CAST(FLOOR(CAST(:param_2 AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:param_2 AS FLOAT)) - FLOOR(CAST(:param_2 AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME())) ORDER BY chokaq.[EventFeed].[Id]) AND chokaq.[EventFeed].[AtUtc] < DATEADD(SECOND, CAST(FLOOR(CAST(:param_2 AS FLOAT)) AS INT), DATEADD(MILLISECOND, CAST(((CAST(:param_2 AS FLOAT)) - FLOOR(CAST(:param_2 AS FLOAT))) * 1000 AS INT), SYSUTCDATETIME()))
+GO
+
+-- name: feed_purge_count
+-- sweep: event feed rows beyond the newest Events.MaxRows deleted, 1000 per transaction
+DELETE FROM chokaq.[EventFeed] WHERE chokaq.[EventFeed].[Id] IN (SELECT TOP 1000 chokaq.[EventFeed].[Id]
+FROM chokaq.[EventFeed]
+WHERE chokaq.[EventFeed].[Id] <= (SELECT max(chokaq.[EventFeed].[Id]) AS max_1
+FROM chokaq.[EventFeed]) - CAST(:feed_keep AS BIGINT) ORDER BY chokaq.[EventFeed].[Id])
 GO

@@ -81,7 +81,9 @@ def test_the_threshold_opens_it_in_one_locked_read_and_one_write(mssql: Storage,
     change = BreakerStore(mssql).record_failure("mailer", POLICY, "w1")
     assert change is not None and (change.old, change.new) == ("closed", "open")
     trips = executes(recorder)
-    assert len(trips) == 2 and LOCKED.match(trips[0].sql) and trips[1].sql.startswith("UPDATE")
+    assert len(trips) == 3 and LOCKED.match(trips[0].sql) and trips[1].sql.startswith("UPDATE")
+    # The change, in the event feed of the same transaction: every process's Deck hears it.
+    assert trips[2].sql.startswith("INSERT INTO chokaq.[EventFeed]") and trips[2].params[0][0] == "breaker.changed"
     (values,) = trips[1].params
     now = T0 + timedelta(seconds=1)
     assert values[:6] == (OPEN, 2, T0, now, now + timedelta(seconds=30), 0)
@@ -121,8 +123,10 @@ def test_an_operator_close_is_audited_in_the_same_transaction(mssql: Storage, re
     state, change = BreakerStore(mssql).close("mailer", Actor("ops:alice", "operator"))
     assert state.state == CLOSED and change is not None
     trips = executes(recorder)
-    assert [c.sql.split(" ")[0] for c in trips] == ["SELECT", "UPDATE", "INSERT"]
+    # The audit row and its event feed row (every process's Deck hears of it).
+    assert [c.sql.split(" ")[0] for c in trips] == ["SELECT", "UPDATE", "INSERT", "INSERT"]
     audit = trips[2]
+    assert trips[3].sql.startswith("INSERT INTO chokaq.[EventFeed]")
     assert audit.sql.startswith("INSERT INTO chokaq.[AuditLog]")
     assert "ops:alice" in audit.params[0] and "breaker.close" in audit.params[0]
     details = next(v for v in audit.params[0] if isinstance(v, str) and v.startswith("{"))

@@ -298,7 +298,9 @@ def test_a_retry_writes_the_attempt_history_in_its_own_update(mssql: Storage, re
 def test_a_failure_writes_the_attempt_history_in_its_one_batch(mssql: Storage, recorder: Recorder) -> None:
     recorder.answer(r"^SET NOCOUNT ON", [("01A", "default")], ["Id", "Queue"])
     assert mssql.fail(LEASES[0], FailureReason.MAX_RETRIES_EXCEEDED, "boom", HISTORY)
-    (batch,) = recorder.round_trips()  # still one round trip: the history rides in the move
+    # The move's batch and the event feed's row, in one transaction: the history rides in the move.
+    batch, feed, commit = recorder.round_trips()[:3]
+    assert feed.sql.startswith("INSERT INTO chokaq.[EventFeed]") and commit.kind == "commit"
     assert batch.sql.startswith("SET NOCOUNT ON")
     assert "[StartedAtUtc], [Attempts], [Logs], [Progress]) OUTPUT" in batch.sql
     assert batch.describes == 0 and size_of(batch, HISTORY) == SQL_WVARCHAR
@@ -442,9 +444,10 @@ def test_a_resurrect_moves_the_row_then_gives_back_the_failure_count(mssql: Stor
         "SELECT chokaq.[Queues].[Name]",
         "SELECT chokaq.[JobSteps].[JobId],",
         "INSERT INTO",
+        "INSERT INTO",  # the audit row's event feed row
         "SELECT chokaq.[JobsHot].[Id],",
     ]
-    locked, _, insert, given_back, _, journal, audit, _ = stmts
+    locked, _, insert, given_back, _, journal, audit, _, _ = stmts
     # Whether it has a step journal (none here: kept as it is, nothing said of it in the audit).
     assert "OPENJSON" in journal.sql and journal.params[0] == ('["01A"]',)
     assert "FROM chokaq.[JobsDLQ] WITH (UPDLOCK, ROWLOCK)" in locked.sql
@@ -454,7 +457,7 @@ def test_a_resurrect_moves_the_row_then_gives_back_the_failure_count(mssql: Stor
     assert [(e["outcome"], e.get("by")) for e in json.loads(history)] == [("worker lost", None), ("resurrected", "ops")]
     assert size_of(insert, history) == SQL_WVARCHAR
     assert audit.sql.startswith("INSERT INTO chokaq.[AuditLog]") and "dlq.resurrect" in audit.params[0]
-    assert [c.describes for c in stmts if c is not insert] == [0] * 7
+    assert [c.describes for c in stmts if c is not insert] == [0] * 8
     # The move into JobsHot writes the cleared HeartbeatUtc, StartedAtUtc and WorkerId as NULL in
     # the text: a NULL parameter, typed or not, would cost pyodbc a describe round trip.
     assert insert.nulls == [] and insert.describes == 0

@@ -63,7 +63,9 @@ def test_an_archive_of_a_batch_writes_the_lines_the_last_heartbeat_did_not(mssql
 def test_a_failure_and_a_retry_carry_the_jobs_logs_in_their_own_statements(mssql: Storage, recorder: Recorder) -> None:
     recorder.answer(r"^SET NOCOUNT ON", [("01A", "default")], ["Id", "Queue"])
     assert mssql.fail(LEASES[0], FailureReason.MAX_RETRIES_EXCEEDED, "boom", HISTORY, Notes(LOGS, PROGRESS))
-    (batch,) = recorder.round_trips()  # one round trip: the logs ride in the move
+    # The logs ride in the move; its event feed row follows in the same transaction.
+    batch, feed, commit = recorder.round_trips()[:3]
+    assert feed.sql.startswith("INSERT INTO chokaq.[EventFeed]") and commit.kind == "commit"
     assert "[Attempts], [Logs], [Progress]) OUTPUT inserted.[Id]" in batch.sql
     assert batch.describes == 0
     assert size_of(batch, LOGS) == SQL_WVARCHAR and size_of(batch, PROGRESS) == SQL_WVARCHAR

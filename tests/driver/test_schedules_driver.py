@@ -65,8 +65,10 @@ def test_a_firing_is_one_transaction_lock_insert_advance(mssql: Storage, recorde
         "SAVE TRANSACTION",
         "INSERT INTO",
         "UPDATE chokaq.[Schedules]",
+        "INSERT INTO",  # the firing's event feed row
     ]
-    lock, lookup, insert, advance = stmts[0], stmts[1], stmts[4], stmts[5]
+    lock, lookup, insert, advance, feed = stmts[0], stmts[1], stmts[4], stmts[5], stmts[6]
+    assert feed.sql.startswith("INSERT INTO chokaq.[EventFeed]") and feed.params[0][0] == "schedule.fired"
     # The lock: READPAST skips a row another process is firing, UPDLOCK holds ours to the commit.
     assert "FROM chokaq.[Schedules] WITH (UPDLOCK, READPAST, ROWLOCK) \nWHERE" in lock.sql
     assert "[NextDueUtc] <= SYSUTCDATETIME()" in lock.sql and "[IsPaused] = 0" in lock.sql

@@ -227,8 +227,8 @@ def test_the_sweep_moves_rows_first_counters_last_in_bounded_batches(recorder: R
         recorder.clear()
         # Phase 1: a full batch, then a short one.
         abandoned = r"^UPDATE chokaq\.\[JobsHot\] SET \[Status\]=0, \[WorkerId\]=NULL, \[LastUpdatedUtc\]"
-        recorder.answer(abandoned, rowcount=2)
-        recorder.answer(abandoned, rowcount=1)
+        recorder.answer(abandoned, [("01F1",), ("01F2",)], ["Id"])
+        recorder.answer(abandoned, [("01F3",)], ["Id"])
         # Phase 2 (zombies with ZombieRetry): a full batch of two (ids and workers, then the retry
         # by those ids, audited), then none.
         retry_ids = r"^SELECT TOP 2 chokaq\.\[JobsHot\]\.\[Id\], chokaq\.\[JobsHot\]\.\[WorkerId\]"
@@ -246,6 +246,10 @@ def test_the_sweep_moves_rows_first_counters_last_in_bounded_batches(recorder: R
         result = s.sweep(fetched_timeout=60, zombie_timeout=60, max_attempts=3)
         assert (result.recovered, result.retried_zombies, result.archived) == (3, 2, 3)
         assert result.zombie_ids == ["01Z1", "01Z2", "01Z3"]
+        # Each transaction that moved jobs wrote its audit row and its event feed row, none other.
+        feed = [c for c in recorder.statements if c.sql.startswith("INSERT INTO chokaq.[EventFeed]")]
+        audit = [c for c in recorder.statements if c.sql.startswith("INSERT INTO chokaq.[AuditLog]")]
+        assert len(feed) == len(audit) == 5  # recover x2, retry x1, bury x2
 
         txs = transactions(recorder)
         for tx in txs:
@@ -270,9 +274,9 @@ def test_the_sweep_moves_rows_first_counters_last_in_bounded_batches(recorder: R
         # The retried batch: its ids bound as one JSON parameter, and one audit row naming their worker.
         retry = next(c for c in recorder.statements if "[HeartbeatUtc]=NULL" in c.sql)
         assert "OPENJSON" in retry.sql and '["01R1", "01R2"]' in retry.params[0]
-        (audit,) = [c for c in recorder.statements if c.sql.startswith("INSERT INTO chokaq.[AuditLog]")]
-        assert "sweep.zombie_retry" in audit.params[0] and "system:sweep" in audit.params[0]
-        assert any(isinstance(p, str) and '"worker": "w-dead", "jobs": 2' in p for p in audit.params[0])
+        (retry_audit,) = [c for c in audit if "sweep.zombie_retry" in c.params[0]]
+        assert "system:sweep" in retry_audit.params[0]
+        assert any(isinstance(p, str) and '"worker": "w-dead", "jobs": 2' in p for p in retry_audit.params[0])
     finally:
         s.close()
 

@@ -154,6 +154,7 @@ def test_a_done_verdict_moves_the_zombie_to_the_archive_in_one_transaction(mssql
         "UPDATE chokaq.[StatsSummary] SET",
         "UPDATE chokaq.[StatsSummary] SET",
         "INSERT INTO chokaq.[AuditLog]",
+        "INSERT INTO chokaq.[EventFeed]",
     ]
     delete = recorder.statements[0]
     assert "[FailureReason] = ?" in delete.sql and delete.params[0] == ("01Z", 2)

@@ -73,8 +73,8 @@ def test_cancel_running_is_one_transaction_with_the_move_the_counter_and_the_aud
 
     trips = recorder.round_trips()
     statements = [c for c in trips if c.kind == "execute"]
-    # The delete (its rows come back through OUTPUT), the insert, the counter, the audit row;
-    # then one commit. SQL Server has no NOTIFY: the worker learns at its next heartbeat.
+    # The delete (its rows come back through OUTPUT), the insert, the counter, the audit row and its
+    # event feed row; then one commit. SQL Server has no NOTIFY: the worker learns at its next heartbeat.
     move = statements[0]
     assert move.sql.startswith("DELETE FROM chokaq.[JobsHot] OUTPUT deleted.")
     assert "[Status] IN (0, 1, 2)" in move.sql
@@ -85,7 +85,8 @@ def test_cancel_running_is_one_transaction_with_the_move_the_counter_and_the_aud
     details = next(v for v in values if isinstance(v, str) and v.startswith("Cancelled by"))
     assert details.startswith("Cancelled by ops:alice: bad deploy\nIt was Processing on worker w (attempt 1")
     assert "[StatsSummary]" in statements[2].sql
-    assert len(statements) == 4 and "INSERT INTO chokaq.[AuditLog]" in statements[3].sql
+    assert len(statements) == 5 and "INSERT INTO chokaq.[AuditLog]" in statements[3].sql
+    assert statements[4].sql.startswith("INSERT INTO chokaq.[EventFeed]")  # the audit's feed row
     assert not [c for c in statements if "pg_notify" in c.sql]
     assert [c.kind for c in trips].count("commit") == 1
     assert all(c.describes == 0 for c in statements)

@@ -280,3 +280,50 @@ def test_function_app_module_loads_from_environment(monkeypatch: pytest.MonkeyPa
         assert set(functions_of(module.app)) == {"http_app_func", "sweep", "retention"}
     finally:
         sys.modules.pop("function_app", None)
+
+
+def test_the_http_functions_events_carry_a_rescue_by_the_sweep_timer_of_another_instance(
+    fapp: ChokaQ, db_url: str
+) -> None:
+    """Two Functions instances on one database: the sweep timer runs in one, the HTTP function in
+    the other (each its own app and storage, as separate hosts are); the HTTP app's events carry the
+    timer's rescue from the event feed, and its audit log the system's."""
+    s = fapp.storage
+    zombie = enqueue(s, type="ok_v1", queue="z")
+    run_one(s, zombie, worker="dead-worker")
+    time.sleep(0.5)  # past Recovery timeouts (0.35 s)
+    timer_host = make_app(
+        db_url,
+        execution={"heartbeat_interval_min": 0.05, "heartbeat_interval_max": 0.1},
+        recovery={"processing_zombie_timeout": 0.35, "fetched_job_timeout": 0.35},
+    )
+    try:
+        sweep = functions_of(build_function_app(timer_host, environ={}))["sweep"].get_user_function()
+        sweep(TimerRequest())
+    finally:
+        timer_host.close()
+    fa = build_function_app(fapp, environ={})
+    handler = functions_of(fa)["http_app_func"].get_user_function()
+    seen: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        r = await handler(http("GET", "/api/events/recent", headers=HEADERS["viewer"]), None)
+        seen["recent"] = json.loads(r.get_body())
+        r = await handler(http("GET", "/api/audit", headers=HEADERS["viewer"]), None)
+        seen["audit"] = json.loads(r.get_body())
+        # A Deck reconnecting with the feed cursor it had before the rescue replays it.
+        r = await asyncio.wait_for(
+            handler(http("GET", "/api/events", headers={**HEADERS["viewer"], "Last-Event-ID": "0"}), None), 10
+        )
+        seen["stream"] = r.get_body().decode()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        fa.startup_task_done = False  # its __del__ would start a new loop to shut down
+    (rescue,) = [e for e in seen["recent"]["events"] if e["kind"] == "zombie.rescue"]
+    assert (rescue["archived"], rescue["ids"]) == (1, [zombie]) and seen["recent"]["cursor"] >= rescue["feed_id"]
+    (audited,) = [a for a in seen["audit"]["items"] if a["action"] == "sweep.rescue"]
+    assert audited["actor"] == "system:sweep" and audited["job_ids"] == [zombie]
+    assert '"kind":"zombie.rescue"' in seen["stream"] and zombie in seen["stream"]
+    assert f"id: {rescue['feed_id']}" in seen["stream"]

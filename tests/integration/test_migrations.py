@@ -153,6 +153,7 @@ def test_postgres_script_creates_what_the_code_creates() -> None:
             "CircuitBreakers",
             "Workers",
             "JobSteps",
+            "EventFeed",
         }
         assert code == script
         # And `chokaq db upgrade` on a database made by the script is a no-op.

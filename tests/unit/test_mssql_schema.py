@@ -82,8 +82,8 @@ def test_the_script_shows_the_types_and_keys() -> None:
     script = render_script("mssql")
     assert f"[Queue] NVARCHAR(255) {BIN2} NOT NULL" in script
     assert f"[IdempotencyKey] NVARCHAR(255) {BIN2} NULL" in script
-    # The four appended-to clustered keys, and the five secondary indexes whose first key only grows.
-    assert script.count("WITH (OPTIMIZE_FOR_SEQUENTIAL_KEY = ON)") == 9
+    # The five appended-to clustered keys (EventFeed's too), and the five secondary indexes whose first key only grows.
+    assert script.count("WITH (OPTIMIZE_FOR_SEQUENTIAL_KEY = ON)") == 10
     assert "VARCHAR(255)" not in script.replace("NVARCHAR(255)", "")
 
 

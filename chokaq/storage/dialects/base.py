@@ -189,6 +189,10 @@ class Profile:
         payload names one run). Nothing where the database cannot: they learn at their next
         heartbeat."""
 
+    def notify_events(self, conn: Connection) -> None:
+        """Inside a transaction that wrote an event feed row: wake the feed's followers when it
+        commits (see :attr:`listen_notify`); followers elsewhere read at their next tick."""
+
     def tune_history_read(self, conn: Connection) -> None:
         """Inside the history's read transaction: planner settings for its grouped read."""
 

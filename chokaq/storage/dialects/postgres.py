@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 NOTIFY_CHANNEL = "chokaq_jobs"
 # Running jobs an operator cancelled: the payload names the run (see storage/cancel.py).
 CANCEL_CHANNEL = "chokaq_cancel"
+# The event feed's followers (chokaq/storage/event_feed.py): a row was committed.
+EVENTS_CHANNEL = "chokaq_events"
 # pg_advisory_xact_lock takes a bigint; any fixed number unique to chokaq works.
 PG_LOCK_KEY = 0x43484F4B41510001
 
@@ -115,6 +117,9 @@ class PostgresProfile(Profile):
         # One per cancelled run (at most limits.MAX_BULK_IDS), delivered at commit.
         for payload in payloads:
             conn.execute(select(func.pg_notify(CANCEL_CHANNEL, payload)))
+
+    def notify_events(self, conn: Connection) -> None:
+        conn.execute(select(func.pg_notify(EVENTS_CHANNEL, "")))
 
     def tune_history_read(self, conn: Connection) -> None:
         # The planner cannot estimate groups of computed buckets and guesses one per row, so it

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from sqlalchemy.engine import make_url
 
 from chokaq.domain.backoff import backoff
-from chokaq.storage.dialects.postgres import CANCEL_CHANNEL, NOTIFY_CHANNEL
+from chokaq.storage.dialects.postgres import CANCEL_CHANNEL, EVENTS_CHANNEL, NOTIFY_CHANNEL
 
 log = logging.getLogger("chokaq.notify")
 
@@ -21,11 +21,14 @@ def listen(
     stop: threading.Event,
     listening: threading.Event,
     on_cancel: Callable[[str], None] | None = None,
+    *,
+    channel: str = NOTIFY_CHANNEL,
 ) -> None:
     """Block until ``stop``, calling ``on_notify`` for each new-work notification and ``on_cancel``
     with the payload of each cancel (see storage/cancel.py); ``listening`` is set while the LISTEN
     connection is up. Reconnects on errors; polling and heartbeats keep working meanwhile, so a
-    lost listener only costs latency."""
+    lost listener only costs latency. ``channel``: what ``on_notify`` hears (new work; or the event
+    feed's new rows, :func:`listen_events`)."""
     import psycopg  # lazy: the PostgreSQL driver is optional
 
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
@@ -42,7 +45,7 @@ def listen(
                 keepalives_interval=2,
                 keepalives_count=3,
             ) as conn:
-                conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                conn.execute(f"LISTEN {channel}")
                 if on_cancel is not None:
                     conn.execute(f"LISTEN {CANCEL_CHANNEL}")
                 listening.set()
@@ -62,3 +65,9 @@ def listen(
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             log.warning("LISTEN connection lost (%s); reconnecting in %.1fs", reason, delay)
             stop.wait(delay)
+
+
+def listen_events(url: str, on_event: Callable[[], None], stop: threading.Event, listening: threading.Event) -> None:
+    """:func:`listen` for the event feed (storage/event_feed.py): ``on_event`` after each commit
+    that wrote feed rows, in any process, and once on each (re)connect."""
+    listen(url, on_event, stop, listening, channel=EVENTS_CHANNEL)

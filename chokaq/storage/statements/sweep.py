@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, Update, and_, bindparam, func, literal_column, null, select, true, update
+from sqlalchemy import Select, and_, bindparam, func, literal_column, null, select, true, update
 from sqlalchemy.sql.dml import ReturningUpdate
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -21,7 +21,7 @@ from chokaq.storage.statements.status import FETCHED, PENDING, PROCESSING, statu
 class SweepStatements:
     """The sweep's statements, each naming at most ``size`` jobs (see :meth:`Storage.sweep`)."""
 
-    recover: Update  # Fetched past the timeout -> Pending
+    recover: ReturningUpdate[Any]  # Fetched past the timeout -> Pending (their ids returned)
     # The expired jobs to retry (ZombieRetry, attempts left), with the worker that held them.
     retry_ids: Select[Any]
     retry: ReturningUpdate[Any]  # those ids (parameter ``retry_ids``) -> Pending, checked again
@@ -42,6 +42,7 @@ def sweep_statements(fetched_timeout: float, zombie_timeout: float, max_attempts
         update(jobs_hot)
         .where(hot.Id.in_(first(abandoned)), abandoned)
         .values(Status=literal_column(str(PENDING)), WorkerId=null(), LastUpdatedUtc=utcnow())
+        .returning(hot.Id)
     )
     per_queue = select(queues.c.ZombieTimeoutSeconds).where(queues.c.Name == hot.Queue).scalar_subquery()
     timeout = func.coalesce(per_queue, seconds(zombie_timeout))
