@@ -23,38 +23,29 @@ ends (``asyncio.run``, uvicorn), and the generator closes the connections then. 
 from __future__ import annotations
 
 import asyncio
-import functools
 import weakref
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.exc import IntegrityError
 
 from chokaq.domain.models import Enqueued, EnqueueRequest
-from chokaq.storage.dialects.postgres import NOTIFY_CHANNEL
 from chokaq.storage.enqueue import due_in, new_job_id
 from chokaq.storage.enqueue_batch import KEY_RACES, Attempts, batch_keys, plan
 from chokaq.storage.lookup import stored_ids_statement
 from chokaq.storage.loop_transport import LoopSession, LoopTransport
 from chokaq.storage.queues import QueueCache
-from chokaq.storage.schema import jobs_hot
-from chokaq.storage.statements.enqueue import enqueue_params, keyed_ids_statement, statement_for
+from chokaq.storage.statements.enqueue import (
+    enqueue_params,
+    key_holder_statement,
+    keyed_ids_statement,
+    statement_for,
+)
 from chokaq.storage.transactions import Ambiguity, Transactions
 from chokaq.storage.wakeups import Wakeups
 
 Args = tuple[Sequence[Any], Mapping[str, Any]]
-
-
-@functools.cache
-def _by_key() -> Select[Any]:
-    return select(jobs_hot.c.Id).where(jobs_hot.c.IdempotencyKey == bindparam("job_key"))
-
-
-@functools.cache
-def _notify() -> Select[Any]:
-    return select(func.pg_notify(NOTIFY_CHANNEL, bindparam("queue")))
 
 
 async def _stored(s: LoopSession, ids: Sequence[str]) -> bool:
@@ -62,7 +53,7 @@ async def _stored(s: LoopSession, ids: Sequence[str]) -> bool:
 
 
 async def _holder_of(s: LoopSession, key: str) -> str | None:
-    rows = await s.run(_by_key(), {"job_key": key})
+    rows = await s.run(key_holder_statement(), {"job_key": key})
     return str(rows[0][0]) if rows else None
 
 
@@ -90,7 +81,7 @@ class LoopEnqueuer:
         self.wakeups = wakeups
         self._args = args  # how the engine connected; None where the loop may not connect so
         self._limit = max(1, limit)
-        self._notify = tx.profile.listen_notify
+        self._notify = tx.profile.notify_statement()  # None: no NOTIFY here
         # Per loop: its transport and the generator that closes it (held here: asyncio's own
         # reference to it is weak).
         self._transports: weakref.WeakKeyDictionary[
@@ -127,7 +118,7 @@ class LoopEnqueuer:
     async def enqueue(self, req: EnqueueRequest) -> tuple[str, bool]:
         """:meth:`Storage.enqueue` on the loop (no ``conn``: the loop's connections are its own)."""
         job_id = new_job_id()
-        stmt = statement_for(req, notify=self._notify)
+        stmt = statement_for(req, notify=self._notify is not None)
         params = enqueue_params(job_id, req)
         key = req.idempotency_key
 
@@ -212,9 +203,9 @@ class LoopEnqueuer:
                 groups.setdefault(statement_for(r, notify=False), []).append(enqueue_params(job.id, r))
         for stmt, rows in groups.items():
             await s.run_many(stmt, rows)
-        if self._notify:
+        if self._notify is not None:
             for q in sorted({r.queue for r in reqs}):
-                await s.run(_notify(), {"queue": q})
+                await s.run(self._notify, {"queue": q})
         seen.last = out
         seen.created = [j.id for j in out if j.created]
         return out
