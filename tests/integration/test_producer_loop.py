@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from chokaq import ChokaQ
 from chokaq.settings import StorageSettings
@@ -220,3 +220,35 @@ def test_on_the_loop_a_lost_reply_never_stores_a_job_twice(
     assert swallowed >= 3
     assert producer_threads() == []
     app.close()
+
+
+def test_the_loops_connections_close_as_the_loop_ends(pg_app: ChokaQ) -> None:
+    app = pg_app
+
+    def backends() -> int:
+        query = text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+        return int(app.storage.read(lambda c: c.execute(query).scalar_one()))
+
+    def settles(want: int) -> bool:
+        # A backend leaves pg_stat_activity a moment after its client closed the socket.
+        deadline = time.monotonic() + 10
+        while backends() != want and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return backends() == want
+
+    before = backends()
+
+    async def main() -> int:
+        await asyncio.gather(*(app.enqueue_async("t", queue="mail") for _ in range(20)))
+        return backends()
+
+    during = asyncio.run(main())
+    assert during > before, "the loop had connections of its own"
+    assert settles(before)
+    # A loop closed without closing its asynchronous generators: app.close() closes what it left.
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(app.enqueue_async("t", queue="mail"))
+    assert backends() > before
+    app.storage.on_loop.close()
+    assert settles(before)
+    loop.close()
