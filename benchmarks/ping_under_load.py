@@ -1,8 +1,9 @@
 """Issue 37's measure, in its own words: an async FastAPI app served by uvicorn (a subprocess) with an
 ``/enqueue`` route (``await handle.enqueue_async(...)``) and a ``/ping`` route. A load generator
-(another process, httpx) posts to /enqueue at a fixed concurrency while this process times /ping,
-one request every 10 ms: ping p50/p99 idle (no load) and busy, and the app's enqueue rate and
-server CPU per job (the uvicorn process's own CPU time, from /proc).
+(another process, keep-alive HTTP/1.1 on asyncio streams) posts to /enqueue at a fixed
+concurrency while this process times /ping, one request every 10 ms: ping p50/p99 idle (no load)
+and busy, and the app's enqueue rate and server CPU per job (the uvicorn process's own CPU time,
+from /proc).
 
     .venv/bin/python benchmarks/ping_under_load.py [--seconds 15] [--concurrency 32]
         [--route async|sync] [--root DIR] [--json]
@@ -79,31 +80,54 @@ def serve(args: Any) -> None:
 
 
 # --------------------------------------------------------------------------- the load (subprocess)
+async def _post(reader: Any, writer: Any, port: int, body: bytes) -> int:
+    """One keep-alive HTTP/1.1 POST /enqueue; its status. Written by hand, not with httpx: on two
+    shared cores the generator's own CPU per request (httpx's was several times this) capped the
+    load it could put on the server."""
+    writer.write(
+        b"POST /enqueue HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (port, len(body), body)
+    )
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    await reader.readexactly(length)
+    return status
+
+
 def load(args: Any) -> None:
     import asyncio
-
-    import httpx
 
     async def run() -> dict[str, Any]:
         done = errors = 0
         end = time.perf_counter() + args.seconds
-        limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{args.port}", limits=limits, timeout=30) as client:
 
-            async def worker(w: int) -> None:
-                nonlocal done, errors
-                n = 0
+        async def worker(w: int) -> None:
+            nonlocal done, errors
+            n = 0
+            reader, writer = await asyncio.open_connection("127.0.0.1", args.port)
+            try:
                 while time.perf_counter() < end:
-                    r = await client.post("/enqueue", json={"to": f"{w}-{n}@example.com"})
+                    body = json.dumps({"to": f"{w}-{n}@example.com"}).encode()
                     n += 1
-                    if r.status_code == 200:
-                        done += 1
-                    else:
+                    try:
+                        ok = await _post(reader, writer, args.port, body) == 200
+                    except (OSError, asyncio.IncompleteReadError):
                         errors += 1
+                        writer.close()
+                        reader, writer = await asyncio.open_connection("127.0.0.1", args.port)
+                        continue
+                    done += ok
+                    errors += not ok
+            finally:
+                writer.close()
 
-            t0 = time.perf_counter()
-            await asyncio.gather(*(worker(w) for w in range(args.concurrency)))
-            return {"enqueued": done, "errors": errors, "seconds": time.perf_counter() - t0}
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(w) for w in range(args.concurrency)))
+        return {"enqueued": done, "errors": errors, "seconds": time.perf_counter() - t0}
 
     print(json.dumps(asyncio.run(run())))
 
