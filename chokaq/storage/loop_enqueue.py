@@ -89,9 +89,11 @@ class LoopEnqueuer:
         ] = weakref.WeakKeyDictionary()
 
     def takes(self, reqs: Sequence[EnqueueRequest]) -> bool:
-        """Whether these jobs can be stored on the running loop now: this database has a transport
-        for it, the engine has connected (the transport connects as it did), and every job's queue
-        is known to have its row."""
+        """Whether these jobs can be stored on the running loop now: ``Storage.ProducerOnLoop`` is
+        on, this database has a transport for it, the engine has connected (the transport connects
+        as it did), and every job's queue is known to have its row."""
+        if not self.tx.settings.producer_on_loop:
+            return False
         return all(self.queue_cache.knows(r.queue) for r in reqs) and self._args() is not None
 
     async def _transport(self) -> LoopTransport:

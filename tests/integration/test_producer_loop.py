@@ -1,6 +1,6 @@
 """``enqueue_async`` never blocks the event loop, even while the database holds its statement for
-seconds; on PostgreSQL it runs on the loop itself (psycopg's AsyncConnection), with the threads'
-results and replay rules, and no producer thread.
+seconds; on PostgreSQL with ``Storage.ProducerOnLoop`` it runs on the loop itself (psycopg's
+AsyncConnection), with the threads' results and replay rules, and no producer thread.
 
 The slow statement is a real one: another connection holds an idempotency key in a transaction it
 has not committed, so the enqueue's INSERT waits on the server (PostgreSQL: the unique index;
@@ -35,7 +35,7 @@ class Rollback(Exception):
 
 @pytest.fixture
 def app(db_url: str) -> Iterator[ChokaQ]:
-    a = ChokaQ(storage_url=db_url, storage=StorageSettings(transient_retries=2))
+    a = ChokaQ(storage_url=db_url, storage=StorageSettings(transient_retries=2, producer_on_loop=True))
     a.storage.upgrade()
     a.enqueue("warm")  # the engine has connected and the queue's row is known
     try:
@@ -137,7 +137,7 @@ def test_the_sync_enqueue_under_the_same_slow_statement_stalls_the_loop(app: Cho
 # ---------------------------------------------------------------------------- PostgreSQL: on the loop
 @pytest.fixture
 def pg_app(pg_url: str) -> Iterator[ChokaQ]:
-    a = ChokaQ(storage_url=pg_url, storage=StorageSettings(transient_retries=2))
+    a = ChokaQ(storage_url=pg_url, storage=StorageSettings(transient_retries=2, producer_on_loop=True))
     a.storage.upgrade()
     a.enqueue("warm", queue="mail")
     try:
@@ -190,7 +190,8 @@ def test_on_the_loop_a_lost_reply_never_stores_a_job_twice(
     pg_url: str, fault_proxy: Callable[[str], FaultProxy]
 ) -> None:
     proxy = fault_proxy(pg_url)
-    app = ChokaQ(storage_url=proxy.url(pg_url), storage=StorageSettings(transient_retries=5, listen_notify=False))
+    settings = StorageSettings(transient_retries=5, listen_notify=False, producer_on_loop=True)
+    app = ChokaQ(storage_url=proxy.url(pg_url), storage=settings)
     app.storage.upgrade()
     app.enqueue("warm")
     swallowed = 0
@@ -252,3 +253,13 @@ def test_the_loops_connections_close_as_the_loop_ends(pg_app: ChokaQ) -> None:
     app.storage.on_loop.close()
     assert settles(before)
     loop.close()
+
+
+def test_without_producer_on_loop_postgresql_enqueues_on_the_threads(pg_url: str) -> None:
+    app = ChokaQ(storage_url=pg_url)
+    app.storage.upgrade()
+    app.enqueue("warm")
+    job_id = asyncio.run(app.enqueue_async("t"))
+    assert app.storage.get_job(job_id) is not None
+    assert producer_threads() != []
+    app.close()
