@@ -1,6 +1,6 @@
 """What enqueueing costs a producer on PostgreSQL, side by side: chokaq's single, async and bulk
-enqueue (sync and async; the async ones run on the event loop through psycopg's AsyncConnection,
-or on producer threads with ``--root`` an older checkout) against a bare psycopg INSERT of the
+enqueue (sync and async; the async ones on the app's producer threads, or on the event loop through
+psycopg's AsyncConnection with ``CHOKAQ_STORAGE__PRODUCER_ON_LOOP=true``) against a bare psycopg INSERT of the
 same row, pgqueuer's ``Queries.enqueue`` (one job, and lists) and procrastinate's ``defer_async``
 and ``batch_defer_async``. Jobs/s and client CPU per job; for chokaq's async enqueue also how late
 a concurrent 1 ms "ping" coroutine runs, idle and while the enqueues go on (the event loop must

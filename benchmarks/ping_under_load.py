@@ -8,6 +8,8 @@ from /proc).
     .venv/bin/python benchmarks/ping_under_load.py [--seconds 15] [--concurrency 32]
         [--route async|sync] [--root DIR] [--json]
 
+The server inherits the environment: ``CHOKAQ_STORAGE__PRODUCER_ON_LOOP=true`` stores the jobs on
+its event loop (psycopg's AsyncConnection) instead of on the app's producer threads.
 ``--route sync``: the same route calling the synchronous ``app.enqueue`` (which blocks the event
 loop for each round trip): what a blocked loop looks like in this measure. ``--root``: the
 checkout to import chokaq from in the server (an older commit, for a paired comparison). PostgreSQL
