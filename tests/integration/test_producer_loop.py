@@ -33,9 +33,11 @@ class Rollback(Exception):
     pass
 
 
-@pytest.fixture
-def app(db_url: str) -> Iterator[ChokaQ]:
-    a = ChokaQ(storage_url=db_url, storage=StorageSettings(transient_retries=2, producer_on_loop=True))
+@pytest.fixture(params=[False, True], ids=["threads", "on_loop"])
+def app(db_url: str, request: pytest.FixtureRequest) -> Iterator[ChokaQ]:
+    # ProducerOnLoop changes nothing on SQLite (no asynchronous driver): its threads run twice.
+    settings = StorageSettings(transient_retries=2, producer_on_loop=request.param)
+    a = ChokaQ(storage_url=db_url, storage=settings)
     a.storage.upgrade()
     a.enqueue("warm")  # the engine has connected and the queue's row is known
     try:
