@@ -1,8 +1,10 @@
 """What enqueueing costs a producer on PostgreSQL, side by side: chokaq's single, async and bulk
-enqueue against a bare psycopg INSERT of the same row, pgqueuer's ``Queries.enqueue`` (one job,
-and lists) and procrastinate's ``defer_async`` and ``batch_defer_async``. Jobs/s and client CPU
-per job; for chokaq's async enqueue also how late a concurrent 1 ms "ping" coroutine runs, idle
-and while the enqueues go on (the event loop must not wait for the database).
+enqueue (sync and async; the async ones on the app's producer threads, or on the event loop through
+psycopg's AsyncConnection with ``CHOKAQ_STORAGE__PRODUCER_ON_LOOP=true``) against a bare psycopg INSERT of the
+same row, pgqueuer's ``Queries.enqueue`` (one job, and lists) and procrastinate's ``defer_async``
+and ``batch_defer_async``. Jobs/s and client CPU per job; for chokaq's async enqueue also how late
+a concurrent 1 ms "ping" coroutine runs, idle and while the enqueues go on (the event loop must
+not wait for the database).
 
     .venv/bin/python benchmarks/enqueue_cost.py [--jobs 5000] [--batch 1000] [--concurrency 20]
         [--bench-python .venv-bench/bin/python] [--root DIR] [--json]
@@ -119,6 +121,12 @@ def run_chokaq(args: Any) -> list[dict[str, Any]]:
                 app.enqueue_many([app.prepare("t", {"i": i}) for i in part])
 
         rows.append(measured("chokaq", f"enqueue_many /{args.batch}", n, bulk))
+
+        async def bulk_async() -> None:
+            for part in slices(n, args.batch):
+                await app.enqueue_many_async([app.prepare("t", {"i": i}) for i in part])
+
+        rows.append(asyncio.run(measured_async("chokaq", f"enqueue_many_async /{args.batch}", n, bulk_async)))
         with psycopg.connect(conninfo(DB), autocommit=True) as raw:
             sql = (
                 'INSERT INTO chokaq."JobsHot" ("Id", "Queue", "Type", "Payload", "Priority", "Status", '

@@ -320,8 +320,16 @@ class ChokaQ:
         return self.submit(req, conn=conn)[0]
 
     async def submit_async(self, req: EnqueueRequest) -> tuple[str, bool]:
-        """:meth:`submit` off the event loop, on the app's producer threads (see off_loop.py)."""
-        return await self._off_loop.run(lambda: self.submit(req))
+        """:meth:`submit` without blocking the event loop: on it, through the database's
+        asynchronous driver, where the storage has one (PostgreSQL); else on the app's producer
+        threads (see off_loop.py)."""
+        on_loop = self.storage.on_loop
+        if not on_loop.takes([req]):
+            return await self._off_loop.run(lambda: self.submit(req))
+        job_id, created = await on_loop.enqueue(req)
+        if created:
+            instruments().enqueued.add(1, {"queue": req.queue, "type": req.type})
+        return job_id, created
 
     async def enqueue_async(
         self,
@@ -337,7 +345,8 @@ class ChokaQ:
         created_by: str | None = None,
     ) -> str:
         """:meth:`enqueue` from an event loop, which it never blocks: validated here, stored on
-        the app's producer threads with the same replays (a replay never stores a job twice)."""
+        the loop through the asynchronous driver (PostgreSQL) or on the app's producer threads,
+        with the same replays either way (a replay never stores a job twice)."""
         req = self.prepare(
             type,
             payload,
@@ -370,9 +379,18 @@ class ChokaQ:
         return out
 
     async def enqueue_many_async(self, reqs: Iterable[EnqueueRequest], *, atomic: bool = True) -> list[Enqueued]:
-        """:meth:`enqueue_many` off the event loop (see :meth:`enqueue_async`)."""
+        """:meth:`enqueue_many` without blocking the event loop (see :meth:`enqueue_async`)."""
         jobs = list(reqs)
-        return await self._off_loop.run(lambda: self.enqueue_many(jobs, atomic=atomic))
+        on_loop = self.storage.on_loop
+        if not on_loop.takes(jobs):
+            return await self._off_loop.run(lambda: self.enqueue_many(jobs, atomic=atomic))
+        if atomic:
+            out = await on_loop.enqueue_all(jobs)
+        else:
+            size = self.storage.settings.cleanup_batch_size
+            out = [e for i in range(0, len(jobs), size) for e in await on_loop.enqueue_all(jobs[i : i + size])]
+        self._count(jobs, out)
+        return out
 
     @staticmethod
     def _count(reqs: Sequence[EnqueueRequest], out: Sequence[Enqueued]) -> None:

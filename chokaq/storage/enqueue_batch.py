@@ -45,7 +45,7 @@ KEY_RACES = 5
 
 
 @dataclass
-class _Attempts:
+class Attempts:
     """What the attempts of one call saw: the last plan (the result its commit would give) and
     whether any attempt was a replay after a possibly lost reply."""
 
@@ -75,6 +75,26 @@ def _row(job_id: str, r: EnqueueRequest) -> dict[str, Any]:
     if r.idempotency_key is not None:
         row["IdempotencyKey"] = r.idempotency_key
     return row
+
+
+def batch_keys(reqs: Sequence[EnqueueRequest]) -> list[str]:
+    """The batch's idempotency keys, each once, in order."""
+    return list(dict.fromkeys(r.idempotency_key for r in reqs if r.idempotency_key is not None))
+
+
+def plan(reqs: Sequence[EnqueueRequest], ids: Sequence[str], holder: dict[str, str]) -> list[Enqueued]:
+    """Each job's result, given ``holder`` (key -> the live job holding it): its own id (to be
+    stored), or the id a live job or an earlier job of the batch holds under its key."""
+    out: list[Enqueued] = []
+    for job_id, r in zip(ids, reqs, strict=True):
+        key = r.idempotency_key
+        if key is not None and key in holder:
+            out.append(Enqueued(holder[key], False))
+            continue
+        if key is not None:
+            holder[key] = job_id
+        out.append(Enqueued(job_id, True))
+    return out
 
 
 class BatchEnqueuer:
@@ -118,7 +138,7 @@ class BatchEnqueuer:
         ids = [new_job_id() for _ in reqs]
         if conn is not None:
             return self._in_callers_transaction(bind(conn), reqs, ids)
-        seen = _Attempts()
+        seen = Attempts()
 
         def work(c: Connection) -> list[Enqueued]:
             if self.tx.replaying():
@@ -134,7 +154,7 @@ class BatchEnqueuer:
         self._announce(reqs)
         return result
 
-    def _written(self, work: Callable[[Connection], list[Enqueued]], seen: _Attempts, *, keyed: bool) -> list[Enqueued]:
+    def _written(self, work: Callable[[Connection], list[Enqueued]], seen: Attempts, *, keyed: bool) -> list[Enqueued]:
         """``work`` in a write transaction, planned again (up to KEY_RACES times) when a concurrent
         producer took one of its keys; the last such error is raised."""
         for race in range(1, KEY_RACES + 1):
@@ -158,7 +178,7 @@ class BatchEnqueuer:
         for race in range(1, KEY_RACES + 1):
             try:
                 with c.begin_nested():
-                    return self._store(c, reqs, ids, _Attempts())
+                    return self._store(c, reqs, ids, Attempts())
             except IntegrityError:
                 if not any(r.idempotency_key for r in reqs) or race == KEY_RACES:
                     raise
@@ -167,22 +187,13 @@ class BatchEnqueuer:
     def _plan(self, c: Connection, reqs: Sequence[EnqueueRequest], ids: list[str]) -> list[Enqueued]:
         """Each job's result: its own id (to be stored), or the id a live job or an earlier job of
         the batch holds under its key."""
-        keys = list(dict.fromkeys(r.idempotency_key for r in reqs if r.idempotency_key is not None))
+        keys = batch_keys(reqs)
         holder: dict[str, str] = {}
         if keys:
             holder = {k: i for k, i in c.execute(keyed_ids_statement(), {"keys": keys})}
-        out: list[Enqueued] = []
-        for job_id, r in zip(ids, reqs, strict=True):
-            key = r.idempotency_key
-            if key is not None and key in holder:
-                out.append(Enqueued(holder[key], False))
-                continue
-            if key is not None:
-                holder[key] = job_id
-            out.append(Enqueued(job_id, True))
-        return out
+        return plan(reqs, ids, holder)
 
-    def _store(self, c: Connection, reqs: Sequence[EnqueueRequest], ids: list[str], seen: _Attempts) -> list[Enqueued]:
+    def _store(self, c: Connection, reqs: Sequence[EnqueueRequest], ids: list[str], seen: Attempts) -> list[Enqueued]:
         for q in sorted({r.queue for r in reqs}):
             self.queue_cache.ensure(c, q)
         plan = self._plan(c, reqs, ids)

@@ -25,8 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError
 
@@ -39,14 +39,47 @@ from chokaq.storage.transactions import Transactions
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
-__all__ = ["ConnectArgs", "LoopTransport", "loop_supported"]
+__all__ = ["ConnectArgs", "LoopSession", "LoopTransport", "loop_supported"]
+T = TypeVar("T")
+
+
+class LoopSession:
+    """One attempt's connection, for a call of several statements (a producer's enqueue: see
+    loop_enqueue.py). ``replaying``: an earlier attempt of this call may have committed behind a
+    lost reply (enqueues look before they write, as on the threads)."""
+
+    def __init__(self, transport: LoopTransport, conn: AsyncConnection[Any], replaying: bool) -> None:
+        self._transport = transport
+        self._conn = conn
+        self.replaying = replaying
+
+    async def run(self, stmt: Any, params: Mapping[str, Any]) -> Rows:
+        return await self._transport._execute(self._conn, stmt, params, prepare=True)
+
+    async def run_many(self, stmt: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+        """``stmt`` once per row (all shaped alike), pipelined by psycopg: one round trip's wait."""
+        await self._transport._execute_many(self._conn, stmt, rows)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """A transaction (a savepoint inside one): committed when the block ends, rolled back when
+        it raises. A failed COMMIT is raised as SQLAlchemy raises driver errors."""
+        import psycopg
+
+        try:
+            async with self._conn.transaction():
+                yield
+        except psycopg.Error as exc:
+            raise self._transport._wrapped(exc, self._conn, None, "COMMIT", None) from exc
 
 
 class LoopTransport:
     """Runs hot-path statements on the running event loop. One connection per call in flight (a
     worker has at most three: two fetchers and the completer), kept between calls."""
 
-    def __init__(self, tx: Transactions, connect_args: tuple[Sequence[Any], Mapping[str, Any]]) -> None:
+    def __init__(
+        self, tx: Transactions, connect_args: tuple[Sequence[Any], Mapping[str, Any]], *, limit: int | None = None
+    ) -> None:
         self.tx = tx
         self.executor = tx.executor
         self.dialect = tx.executor.dialect
@@ -55,6 +88,38 @@ class LoopTransport:
         self._busy: set[AsyncConnection[Any]] = set()
         self._closed = False
         self._finishing: set[asyncio.Task[Rows]] = set()  # statements let finish (see run)
+        # Calls in flight (connections) at once, where the callers are many (a web app's producers).
+        self._limit = asyncio.Semaphore(limit) if limit is not None else None
+
+    async def call(self, work: Callable[[LoopSession], Awaitable[T]], *, op: str, seen: Ambiguity) -> T:
+        """``work`` with one connection (autocommit: its statements run alone unless it opens
+        :meth:`LoopSession.transaction`), replayed whole on transient errors as
+        :meth:`Transactions.retrying` replays a transaction function; ``seen`` as in :meth:`run`."""
+
+        def lost() -> None:
+            seen.ambiguous = True
+
+        replay = Replay(self.tx.replays, op, lost)
+
+        async def once() -> T:
+            conn, born = await self._take()
+            keep = False
+            try:
+                replay.sending()  # statements go out from the first one on
+                result = await work(LoopSession(self, conn, replay.unheard))
+            except DBAPIError:
+                keep = not broken(conn)
+                raise
+            else:
+                keep = True
+                return result
+            finally:
+                await self._give_back(conn, born, keep)
+
+        if self._limit is None:
+            return await replay.run_async(once)
+        async with self._limit:
+            return await replay.run_async(once)
 
     async def run(
         self,
@@ -109,13 +174,16 @@ class LoopTransport:
             keep = True
             return rows
         finally:
-            # Anything else (a cancel while the statement was out, a bug): the connection's state
-            # is not known, so it is closed rather than used again.
-            self._busy.discard(conn)
-            if keep and not self._closed:
-                self._idle.append((conn, born))
-            else:
-                await _close_quietly(conn)
+            await self._give_back(conn, born, keep)
+
+    async def _give_back(self, conn: AsyncConnection[Any], born: float, keep: bool) -> None:
+        """``conn`` back among the idle ones, or closed: anything but a clean end (a cancel while a
+        statement was out, a bug) leaves its state unknown, so it is not used again."""
+        self._busy.discard(conn)
+        if keep and not self._closed and not conn.info.transaction_status:
+            self._idle.append((conn, born))
+        else:
+            await _close_quietly(conn)
 
     async def _execute(
         self, conn: AsyncConnection[Any], stmt: Any, params: Mapping[str, Any], *, prepare: bool
@@ -137,6 +205,32 @@ class LoopTransport:
             if cursor is not None:
                 with contextlib.suppress(Exception):
                     await cursor.close()
+
+    async def _execute_many(self, conn: AsyncConnection[Any], stmt: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+        import psycopg
+
+        rendered = self.executor.rendered(stmt, rows[0])
+        values = [rendered.bind(r) for r in rows]
+        cursor = None
+        try:
+            cursor = conn.cursor()
+            await cursor.executemany(rendered.sql, values)
+        except psycopg.Error as exc:
+            raise self._wrapped(exc, conn, cursor, rendered.sql, None) from exc
+        finally:
+            if cursor is not None:
+                with contextlib.suppress(Exception):
+                    await cursor.close()
+
+    def abandon(self) -> None:
+        """Close every connection without the loop (it has ended, or is not this thread's): the
+        sockets close; the server rolls back whatever was open on them."""
+        self._closed = True
+        conns = [c for c, _ in self._idle] + list(self._busy)
+        self._idle, self._busy = [], set()
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                conn.pgconn.finish()
 
     async def _take(self) -> tuple[AsyncConnection[Any], float]:
         if self._closed:

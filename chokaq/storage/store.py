@@ -3,8 +3,8 @@
 It keeps the worker path (enqueue, fetch, start, heartbeat, complete, fail, retry, reschedule,
 owned), the recovery sweep, planner statistics and reads, and delegates to the rooms beside it:
 :mod:`.statements` (the SQL, built and cached), :mod:`.transactions` (the transaction-and-replay
-runner), :mod:`.enqueue`, :mod:`.claims`, :mod:`.moving` (moves and counters), :mod:`.lost_replies`
-(a replay recognising its own success), :mod:`.queues`, :mod:`.wakeups` and :mod:`.statistics`.
+runner), :mod:`.enqueue` (:mod:`.loop_enqueue` on a producer's event loop), :mod:`.claims`, :mod:`.moving`,
+:mod:`.lost_replies` (a replay recognising its own success), :mod:`.queues` and :mod:`.wakeups`.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from chokaq.storage.enqueue_batch import BatchEnqueuer
 from chokaq.storage.event_feed import new_origin
 from chokaq.storage.job_notes import Notes, bind_many
 from chokaq.storage.lookup import get_job_statement, record_from_union
+from chokaq.storage.loop_enqueue import LoopEnqueuer
 from chokaq.storage.loop_transport import ConnectArgs, LoopTransport, loop_supported
 from chokaq.storage.lost_replies import LostReplies
 from chokaq.storage.moving import bump_stats
@@ -90,9 +91,10 @@ class Storage:
         self._enqueuer = Enqueuer(self.tx, self.queue_cache, self.wakeups)
         self._batches = BatchEnqueuer(self.tx, self.queue_cache, self.wakeups)
         self._claimer = Claimer(self.tx, self.queue_cache, prepare=lambda: self._statistics.keeps_plans_current)
-        # What the engine connects with, for a worker's LoopTransport (PostgreSQL only).
+        # What the engine connects with, for LoopTransports (PostgreSQL): a worker's, a producer's (on_loop).
         self._connect_args = ConnectArgs(self.engine, own=engine is None) if self.profile.loop_transport else None
         self._loop_refusals: set[str] = set()  # reasons already logged
+        self.on_loop = LoopEnqueuer(self.tx, self.queue_cache, self.wakeups, self._loop_args, self.settings.pool_size)
 
     # What this database offers the worker, asked by name rather than by dialect outside storage/.
     @property
@@ -110,20 +112,23 @@ class Storage:
         return WorkerStore(self, worker_id)
 
     def loop_transport(self) -> LoopTransport | None:
-        """A transport for the calling event loop's claims and completions, once the engine has
-        connected (it connects as the engine did); None before that, on other databases, and
-        where it cannot connect as the engine does (logged once). Never blocks. The caller
-        closes it before its loop ends."""
+        """A transport for the calling event loop's claims and completions (closed by the caller
+        before its loop ends), or None: see :meth:`_loop_args`. Never blocks."""
+        args = self._loop_args()
+        return LoopTransport(self.tx, args) if args is not None else None
+
+    def _loop_args(self) -> tuple[Sequence[Any], Mapping[str, Any]] | None:
+        """What a loop transport connects with (as the engine did, once it has connected); None
+        before that, on other databases, and where it cannot connect so (logged once)."""
         if self._connect_args is None:
             return None
         why = self._connect_args.refusal() or (None if loop_supported() else "the event loop is a ProactorEventLoop")
         if why is not None:
             if why not in self._loop_refusals:
                 self._loop_refusals.add(why)
-                log.info("claims and completions run on database threads, not on the worker's loop: %s", why)
+                log.info("calls run on database threads, not on the calling event loop: %s", why)
             return None
-        args = self._connect_args.seen
-        return LoopTransport(self.tx, args) if args is not None else None
+        return self._connect_args.seen
 
     # ------------------------------------------------------------------ transactions
     @property
@@ -136,6 +141,7 @@ class Storage:
         self.tx.fault_injector = hook
 
     def close(self) -> None:
+        self.on_loop.close()
         self.tx.close()
 
     def write(self, fn: Callable[[Connection], T], *, op: str = "write") -> T:

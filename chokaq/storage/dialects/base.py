@@ -184,6 +184,11 @@ class Profile:
     def notify(self, conn: Connection, queue: str) -> None:
         """Inside a transaction storing new work on ``queue``: wake other processes at commit."""
 
+    def notify_statement(self) -> Any:
+        """:meth:`notify` as one statement taking the queue as ``:queue`` (for a transport that runs
+        statements, not a Connection: loop_enqueue.py); None where there is no NOTIFY."""
+        return None
+
     def notify_cancel(self, conn: Connection, payloads: Sequence[str]) -> None:
         """Inside the transaction that cancels running jobs: tell their workers at commit (each
         payload names one run). Nothing where the database cannot: they learn at their next

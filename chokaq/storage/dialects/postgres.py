@@ -14,11 +14,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import Connection, Engine, Table, create_engine, func, select, text
+from sqlalchemy import Connection, Engine, Table, bindparam, create_engine, func, select, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.schema import CreateSchema
@@ -113,6 +114,9 @@ class PostgresProfile(Profile):
         # Delivered to listening workers when (and only if) the transaction commits.
         conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, queue)))
 
+    def notify_statement(self) -> Any:
+        return _notify_statement()
+
     def notify_cancel(self, conn: Connection, payloads: Sequence[str]) -> None:
         # One per cancelled run (at most limits.MAX_BULK_IDS), delivered at commit.
         for payload in payloads:
@@ -148,3 +152,8 @@ class PostgresProfile(Profile):
 
     def search_script(self) -> list[str]:
         return ["CREATE EXTENSION IF NOT EXISTS pg_trgm", *postgres_trigram_indexes()]
+
+
+@functools.cache
+def _notify_statement() -> Any:
+    return select(func.pg_notify(NOTIFY_CHANNEL, bindparam("queue")))

@@ -135,3 +135,9 @@ def keyed_ids_statement() -> Select[Any]:
     return select(hot.IdempotencyKey, hot.Id).where(
         in_list(hot.IdempotencyKey, bindparam("keys", type_=ListParam(hot.IdempotencyKey.type)))
     )
+
+
+@functools.cache
+def key_holder_statement() -> Select[Any]:
+    """The id of the live job holding the idempotency key ``:job_key``."""
+    return select(jobs_hot.c.Id).where(jobs_hot.c.IdempotencyKey == bindparam("job_key"))
