@@ -163,7 +163,9 @@ class Completer:
         letters = []
         for o in fails:
             assert o.reason is not None
-            letters.append(DeadLetter(o.lease, o.reason, o.details, o.history(), o.unwritten_notes()))
+            letters.append(
+                DeadLetter(o.lease, o.reason, o.details, o.history(), o.unwritten_notes(), queue=o.record.queue)
+            )
         moved = await self.store.fail_many(letters)
         for o in fails:
             assert o.reason is not None

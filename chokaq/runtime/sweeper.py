@@ -15,7 +15,7 @@ from chokaq.runtime.events import EventBus
 from chokaq.runtime.handlers import Handler
 from chokaq.runtime.outage import Outage
 from chokaq.settings import ChokaQSettings
-from chokaq.storage import Storage, WorkerDirectory, is_transient, purge_events
+from chokaq.storage import Storage, WorkerDirectory, is_transient, purge_events, require_current
 from chokaq.telemetry import instruments, tracer
 
 log = logging.getLogger("chokaq.sweep")
@@ -36,6 +36,7 @@ def run_sweep(
     With Execution.CircuitBreaker.Enabled (or ``breakers``: the caller's handlers have their own),
     Pending jobs that waited past Retry.MaxJobAge behind an open breaker go to the DLQ as
     CircuitBreakerOpen; otherwise the sweep sends no statement for breakers."""
+    require_current(storage)  # a rescue on an older schema would fail half-way (schema_check.py)
     with tracer().start_as_current_span("chokaq.sweep") as span:
         result = storage.sweep(
             fetched_timeout=settings.recovery.fetched_job_timeout,

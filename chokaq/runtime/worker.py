@@ -53,7 +53,7 @@ from chokaq.runtime.slots import Slots
 from chokaq.runtime.starting import Starter
 from chokaq.runtime.supervisor import HelperDied, Supervisor
 from chokaq.runtime.worker_stats import Transition, WorkerStats
-from chokaq.storage import WorkerPresence, is_transient, listen
+from chokaq.storage import WorkerPresence, is_transient, listen, require_current
 from chokaq.telemetry import instruments
 
 if TYPE_CHECKING:  # for the annotation only: app imports this module, never the reverse
@@ -268,6 +268,8 @@ class Worker:
             # returns.
             stack.callback(self._closed)
             await self._wait_for_database()
+            # Refuse, with the fix, rather than fail outcomes half-way on an older schema.
+            await asyncio.to_thread(require_current, self.storage)
             await self._sync_schedules()
             if not self.slots.stopping:
                 # Marked stopped once everything else has wound down (this runs after the

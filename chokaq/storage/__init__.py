@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from chokaq.storage.migrations import render_script
     from chokaq.storage.queries import render_queries
     from chokaq.storage.schedules import ScheduleStore
+    from chokaq.storage.schema_check import SchemaBehind, require_current
     from chokaq.storage.verdicts import settle_verdict
     from chokaq.storage.workers import WorkerDirectory, WorkerPresence
 
@@ -65,6 +66,7 @@ __all__ = [
     "JobEdit",
     "JobFilter",
     "ScheduleStore",
+    "SchemaBehind",
     "StartResult",
     "Storage",
     "Take",
@@ -80,6 +82,7 @@ __all__ = [
     "purge_events",
     "render_queries",
     "render_script",
+    "require_current",
     "settle_verdict",
     "start_step",
 ]
@@ -106,6 +109,8 @@ _LAZY = {
     "render_script": "chokaq.storage.migrations",
     "render_queries": "chokaq.storage.queries",
     "ScheduleStore": "chokaq.storage.schedules",
+    "SchemaBehind": "chokaq.storage.schema_check",
+    "require_current": "chokaq.storage.schema_check",
     "WorkerDirectory": "chokaq.storage.workers",
     "WorkerPresence": "chokaq.storage.workers",
     "settle_verdict": "chokaq.storage.verdicts",

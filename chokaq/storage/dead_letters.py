@@ -33,6 +33,7 @@ class DeadLetter:
     details: str | None
     attempts: str | None = None
     notes: Notes | None = None
+    queue: str = ""  # the job's queue: the batch moves in (queue, id) order (see fail_many)
 
 
 def _move(c: Connection, dialect: str, f: DeadLetter) -> list[tuple[str, str]]:
@@ -53,9 +54,14 @@ def fail_many(storage: Storage, fails: Sequence[DeadLetter]) -> set[str]:
     if not fails:
         return set()
 
+    # Each move bumps its queue's StatsSummary row in the move's own statement: moving in (queue,
+    # id) order locks those rows in one order in every batch, as completions do (moving.py), so
+    # two workers failing jobs of the same queues cannot deadlock on them.
+    ordered = sorted(fails, key=lambda f: (f.queue, f.lease.job_id))
+
     def work(c: Connection) -> set[str]:
         by_reason: dict[FailureReason, list[tuple[str, str]]] = defaultdict(list)
-        for f in fails:
+        for f in ordered:
             by_reason[f.reason] += _move(c, storage.dialect, f)
         for reason, moved in by_reason.items():
             if moved:
