@@ -68,10 +68,14 @@ class Call:
         return len(self.params[0]) if self.params else 0
 
 
+# Rows computed when the statement arrives, from its call (its parameters, what was sent before).
+Reply = Callable[[Call], Rows]
+
+
 @dataclass
 class Answer:
     match: str  # a regular expression searched in the SQL text
-    rows: Rows
+    rows: Rows | Reply
     columns: Sequence[str]
     rowcount: int | None
     once: bool
@@ -89,14 +93,14 @@ class Recorder:
     def answer(
         self,
         match: str,
-        rows: Rows | None = None,
+        rows: Rows | Reply | None = None,
         columns: Sequence[str] = ("c0",),
         *,
         rowcount: int | None = None,
         once: bool = True,
     ) -> None:
         """Answer the next statement whose SQL matches ``match`` (the first such script wins)."""
-        self.answers.append(Answer(match, list(rows or []), columns, rowcount, once))
+        self.answers.append(Answer(match, rows if callable(rows) else list(rows or []), columns, rowcount, once))
 
     def clear(self) -> None:
         self.calls.clear()
@@ -124,8 +128,9 @@ class Recorder:
             if re.search(a.match, sql):
                 if a.once:
                     self.answers.remove(a)
-                rowcount = a.rowcount if a.rowcount is not None else len(a.rows)
-                return list(a.rows), a.columns, rowcount
+                rows = a.rows(self.calls[-1]) if callable(a.rows) else list(a.rows)
+                rowcount = a.rowcount if a.rowcount is not None else len(rows)
+                return rows, a.columns, rowcount
         for pattern, value in _STARTUP:
             if pattern in sql:
                 return [(value,)], ("c0",), 1

@@ -2,7 +2,9 @@
 
 What it refuses before changing anything (live workers, foreign indexes and statistics, bound
 objects, case-variant names, a log too small), each table converted in its own transaction so a
-crash resumes at the next one, and nothing at all sent to a database in the current form.
+crash resumes at the next one, nothing at all sent to a database in the current form, and a
+version-2 database (before the later migrations' columns, tables and indexes) upgraded to the
+current index definitions.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from chokaq.storage.dialects.sqlserver_keys import _wanted
 from chokaq.storage.migrations import MIGRATIONS
 from chokaq.storage.schema import KEY_COLLATION, SEQUENTIAL_KEY, metadata
 from tests.driver.recording import Recorder
+from tests.driver.version2 import LATER_INDEXES, Version2, fresh, parse
 
 OLD_COLLATION = "SQL_Latin1_General_CP1_CI_AS"
 DDL = re.compile(r"^\s*(ALTER|CREATE|DROP)\b|\bALTER (TABLE|INDEX)\b|\bDROP (INDEX|STATISTICS)\b")
@@ -43,6 +46,12 @@ def catalogue(recorder: Recorder, engine: Any, converted: frozenset[str] = froze
         changed = not done and any(_wanted(c, dialect) for c in table.columns)
         if changed or table.info.get(SEQUENTIAL_KEY):
             recorder.answer(r"FROM sys\.key_constraints", [(f"PK_{table.name}", done)], ["name", "seq"])
+    for table in metadata.sorted_tables:  # the step's own read of the table's indexes, in plan order
+        if table.name not in converted and (
+            any(_wanted(c, dialect) for c in table.columns) or table.info.get(SEQUENTIAL_KEY)
+        ):
+            names = [(str(i.name),) for i in table.indexes]
+            recorder.answer(r"^SELECT i\.name FROM sys\.indexes AS i WHERE", names, ["name"])
 
 
 def upgrade_from_2(recorder: Recorder) -> None:
@@ -193,3 +202,43 @@ def test_a_current_database_gets_no_ddl(mssql: Storage, recorder: Recorder) -> N
     sent = [c.sql for c in recorder.statements]
     assert not [s for s in sent if DDL.search(s)], [s for s in sent if DDL.search(s)]
     assert not [s for s in sent if "sys.index_columns" in s or "GROUP BY v" in s], "no pre-checks for no work"
+
+
+def test_a_version_2_database_upgrades_to_the_indexes_a_new_one_gets(mssql: Storage, recorder: Recorder) -> None:
+    # Version 2 lacks JobsArchive.ScheduledAtUtc (migration 4), which the archive indexes include
+    # since 13, and IX_JobsDLQ_ZombieWorker (7) and IX_JobsDLQ_Reason (14). Migration 3 used to
+    # rebuild the indexes from the current definitions: CREATE INDEX ... INCLUDE ([ScheduledAtUtc])
+    # on a table without it (Msg 1911), the table's step rolled back, every upgrade stopped there.
+    recorder.answer(r"PARSENAME\(CAST\(SERVERPROPERTY", [(16, 3, 160, "chokaq")], ["v", "e", "l", "d"])
+    recorder.answer(r"sp_getapplock", [(0,)])
+    recorder.answer(r"FROM chokaq\.\[SchemaMigrations\]", [(1,), (2,)], ["Version"])
+    database = Version2(recorder, mssql.engine.dialect)
+    database.script()
+    clear_checks(recorder, mssql.engine, log=(10_000 * MB, 10 * MB), size=50 * MB)
+    at_2 = {t: set(found) for t, found in database.replay().indexes.items()}
+
+    assert mssql.upgrade() == [v for v, _, _ in MIGRATIONS if v > 2]
+
+    database.replay()
+    assert not database.refused, database.refused
+    sent = [c.sql for c in recorder.statements]
+    inserts = [i for i, c in enumerate(recorder.statements) if "INSERT INTO chokaq.[SchemaMigrations]" in c.sql]
+    third = next(i for i in inserts if recorder.statements[i].params[0][0] == 3)
+    made_by_3 = [parse(s) for s in sent[:third] if s.startswith(("CREATE INDEX", "CREATE UNIQUE INDEX"))]
+    # Migration 3 builds again only what the table had, and only with the columns it has.
+    assert {(t, n) for t, n, _ in made_by_3} >= {
+        ("JobsArchive", "IX_JobsArchive_FinishedAt"),
+        ("JobsHot", "IX_JobsHot_Fetch"),
+    }
+    assert all(n in at_2[t] and n not in LATER_INDEXES for t, n, _ in made_by_3), made_by_3
+    archive = dict((n, d) for t, n, d in made_by_3 if t == "JobsArchive")
+    assert archive["IX_JobsArchive_FinishedAt"][3] == {"StartedAtUtc", "CreatedAtUtc", "DurationMs"}
+    # Migration 13 then includes the due time, which migration 4 added meanwhile.
+    rebuilt = [parse(s) for s in sent[third:] if "DROP_EXISTING = ON" in s]
+    assert {n for _, n, d in rebuilt if "ScheduledAtUtc" in d[3]} == {
+        "IX_JobsArchive_FinishedAt",
+        "IX_JobsArchive_QueueFinished",
+    }
+    # The end: every table, column and index as a new database gets them.
+    assert database.indexes == fresh(mssql.engine.dialect)
+    assert database.columns == {t.name: {c.name for c in t.columns} for t in metadata.sorted_tables}

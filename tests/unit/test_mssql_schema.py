@@ -16,7 +16,7 @@ from sqlalchemy.schema import CreateTable
 from chokaq.domain.errors import ConfigurationError
 from chokaq.storage import Storage
 from chokaq.storage.migrations import MIGRATIONS, render_script
-from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot, queues, stats_summary
+from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot, metadata, queues, stats_summary
 
 from .mssql_fake import FakeServer
 
@@ -171,6 +171,9 @@ def test_migration_3_converts_an_existing_database(server: FakeServer) -> None:
     server.answer(r"FROM sys\.columns", OLD_COLUMNS)
     # (name, optimize_for_sequential_key): made before the option.
     server.answer(r"FROM sys\.key_constraints", [("PK__JobsHot__3214EC07A1B2C3D4", False)])
+    # The tables' indexes as they are (every table is asked; each step rebuilds only its own).
+    indexes = [(str(i.name),) for t in metadata.sorted_tables for i in t.indexes]
+    server.answer(r"^SELECT i\.name FROM sys\.indexes AS i WHERE", indexes)
     # The pre-checks: no live worker, nothing foreign, no case variants, the log unlimited.
     server.answer(r"OBJECT_ID\(N'chokaq\.Workers'\)", [])
     server.answer(r"sys\.dm_db_log_space_usage", [(None, 1024)])

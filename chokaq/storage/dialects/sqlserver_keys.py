@@ -3,9 +3,12 @@ OPTIMIZE_FOR_SEQUENTIAL_KEY on the appended-to clustered keys, for databases mad
 
 SQL Server cannot change a column that an index or the primary key uses, so for each table the
 affected indexes and the key are dropped, the columns altered and both created again from the
-current definitions. Each table is one step in its own transaction, committed before the next: a
-crash or a deadlock victim loses at most the table in progress, and the next `chokaq db upgrade`
-reads the catalogue and goes on from there (a converted table is left alone). Before any step,
+current definitions as far as the table can hold them now: only the indexes the table has (those
+of later migrations are theirs to make), and without included columns a later migration adds
+(migration 13 compares the indexes with the catalogue and rebuilds what differs). Each table is
+one step in its own transaction, committed before the next: a crash or a deadlock victim loses at
+most the table in progress, and the next `chokaq db upgrade` reads the catalogue and goes on from
+there (a converted table is left alone). Before any step,
 :mod:`.sqlserver_upgrade_checks` refuses what would fail half way or change behaviour silently.
 A database already in the current form sends no DDL at all (docs/sqlserver.md, the runbook).
 """
@@ -15,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Column, Connection, Table, Unicode, text
+from sqlalchemy import Column, Connection, Index, MetaData, Table, Unicode, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.schema import DDL, CreateIndex, DropIndex
 
@@ -42,6 +45,11 @@ _PRIMARY_KEY = text(
 _PRIMARY_KEY_2017 = text(
     "SELECT name, 0 FROM sys.key_constraints WHERE parent_object_id = OBJECT_ID(:t) AND type = 'PK'"
 )
+# The table's indexes as they are (a version-2 database lacks those later migrations make).
+_INDEX_NAMES = text(
+    "SELECT i.name FROM sys.indexes AS i WHERE i.object_id = OBJECT_ID(:t) AND i.is_primary_key = 0 "
+    "AND i.name IS NOT NULL"
+)
 # Statistics SQL Server made by itself on a column (not an index's): ALTER COLUMN refuses to change
 # a column they cover, and the optimizer makes them again when a query needs them.
 _AUTO_STATISTICS = text(
@@ -57,6 +65,7 @@ class TablePlan:
     """What one table still needs (read from the catalogue, so a resumed upgrade sees its progress)."""
 
     table: Table
+    present: frozenset[str]  # the columns the table has now
     changed: tuple[Column[Any], ...]
     pk_name: str | None
     sequential_missing: bool  # the key lacks OPTIMIZE_FOR_SEQUENTIAL_KEY the definitions give it
@@ -117,7 +126,7 @@ def plan(conn: Connection) -> list[TablePlan]:
         pk_name = None if key is None else str(key[0])
         missing = wants_sequential and key is not None and not key[1]
         if changed or missing:
-            out.append(TablePlan(table, tuple(changed), pk_name, missing))
+            out.append(TablePlan(table, frozenset(current), tuple(changed), pk_name, missing))
     return out
 
 
@@ -136,15 +145,31 @@ def upgrade_keys_and_text(conn: Connection) -> None:
         conn.commit()
 
 
+def _as_the_table_stands(table: Table, present: frozenset[str]) -> dict[str, Index]:
+    """The table's indexes by name, on a detached copy (the shared definitions stay as they are),
+    each including only columns the table has: the rest are a later migration's (4 adds
+    JobsArchive.ScheduledAtUtc, which the archive indexes include since 13)."""
+    copy = table.to_metadata(MetaData())
+    for index in copy.indexes:
+        include = index.dialect_options["mssql"]["include"] or ()
+        index.dialect_kwargs["mssql_include"] = [c for c in include if getattr(c, "name", c) in present]
+    return {str(i.name): i for i in copy.indexes}
+
+
 def convert_table(conn: Connection, p: TablePlan) -> None:
     """One table's step. Idempotent: run again after a crash it finds its own work done."""
     prep = conn.dialect.identifier_preparer
     types = conn.dialect.type_compiler_instance
     table, quoted = p.table, prep.format_table(p.table)
     names = {c.name for c in p.changed}
+    found = {str(row[0]) for row in conn.execute(_INDEX_NAMES, {"t": p.qualified}).all()}
     # Rebuilding the clustered key rebuilds every other index on the table (they point at it),
     # so then all are dropped first and built once at the end.
-    touched = [i for i in table.indexes if p.rebuild_pk or names & {c.name for c in i.columns}]
+    touched = [
+        i
+        for name, i in _as_the_table_stands(table, p.present).items()
+        if name in found and (p.rebuild_pk or names & {c.name for c in i.columns})
+    ]
     indexes = sorted(touched, key=lambda i: str(i.name))
     for index in indexes:
         conn.execute(DropIndex(index, if_exists=True))
