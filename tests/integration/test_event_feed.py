@@ -118,9 +118,10 @@ def test_the_feed_stays_bounded_by_count_under_a_burst(storage: Storage) -> None
     assert deleted == burst - keep
     rows = feed_rows(storage)
     assert len(rows) == keep and rows[-1].id == newest and rows[0].data["ids"] == [str(burst - keep)]
-    # Each purge batch is audited as the system, in its own transaction.
+    # Not audited: AuditLog has no retention, and a row per purge batch would move the feed's
+    # growth there (a log line says what went).
     audits = storage.read(lambda c: c.execute(select(audit_log.c.Actor, audit_log.c.Details)).all())
-    assert len(audits) == 5 and {a[0] for a in audits} == {"system:sweep"}
+    assert audits == []
     assert purge_events(storage, max_age=86400, max_rows=keep, size=1000) == 0
     n = storage.read(lambda c: c.execute(select(func.count()).select_from(event_feed)).scalar_one())
     assert n == keep
