@@ -216,9 +216,14 @@ class BatchEnqueuer:
         return plan
 
     def _announce(self, reqs: Sequence[EnqueueRequest]) -> None:
-        now = datetime.now(UTC).replace(tzinfo=None)
-        due: dict[str, float] = {}
-        for r in reqs:
-            wait = due_in(r, now)
-            due[r.queue] = min(due.get(r.queue, wait), wait)
-        self.wakeups.announce(due)
+        announce_due(self.wakeups, reqs)
+
+
+def announce_due(wakeups: Wakeups, reqs: Sequence[EnqueueRequest]) -> None:
+    """Wake this process's workers for the stored batch: each queue at its soonest due job."""
+    now = datetime.now(UTC).replace(tzinfo=None)
+    due: dict[str, float] = {}
+    for r in reqs:
+        wait = due_in(r, now)
+        due[r.queue] = min(due.get(r.queue, wait), wait)
+    wakeups.announce(due)

@@ -25,14 +25,13 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
 from chokaq.domain.models import Enqueued, EnqueueRequest
 from chokaq.storage.enqueue import due_in, new_job_id
-from chokaq.storage.enqueue_batch import KEY_RACES, Attempts, batch_keys, plan
+from chokaq.storage.enqueue_batch import KEY_RACES, Attempts, announce_due, batch_keys, plan
 from chokaq.storage.lookup import stored_ids_statement
 from chokaq.storage.loop_transport import LoopSession, LoopTransport
 from chokaq.storage.queues import QueueCache
@@ -180,7 +179,7 @@ class LoopEnqueuer:
                     break
                 if not keyed or race == KEY_RACES:
                     raise
-        self._announce(reqs)
+        announce_due(self.wakeups, reqs)
         return result
 
     async def _committed(self, transport: LoopTransport, job_id: str) -> bool:
@@ -211,11 +210,3 @@ class LoopEnqueuer:
         seen.last = out
         seen.created = [j.id for j in out if j.created]
         return out
-
-    def _announce(self, reqs: Sequence[EnqueueRequest]) -> None:
-        now = datetime.now(UTC).replace(tzinfo=None)
-        due: dict[str, float] = {}
-        for r in reqs:
-            wait = due_in(r, now)
-            due[r.queue] = min(due.get(r.queue, wait), wait)
-        self.wakeups.announce(due)

@@ -12,7 +12,6 @@ it did not hear finds the row no longer due. The job also carries the slot's ide
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -37,7 +36,7 @@ from chokaq.domain.schedules import (
 from chokaq.storage import event_feed
 from chokaq.storage.admin_types import Actor
 from chokaq.storage.nulls import inline_nulls
-from chokaq.storage.schema import audit_log, schedules
+from chokaq.storage.schema import schedules
 from chokaq.storage.sqlfuncs import row_lock, utcnow
 from chokaq.storage.statements.schedules import advance_statement, due_names_statement, lock_due_statement
 from chokaq.storage.store import Storage
@@ -86,17 +85,8 @@ def _definition(spec: ScheduleSpec) -> dict[str, Any]:
 
 
 def _audit(c: Connection, actor: Actor, action: str, job_ids: Sequence[str], details: dict[str, Any]) -> None:
-    c.execute(
-        insert(audit_log).values(
-            AtUtc=utcnow(),
-            Actor=actor.name,
-            Role=actor.role,
-            Action=action,
-            JobIds=json.dumps(list(job_ids)),
-            JobCount=len(job_ids),
-            Details=json.dumps(details, default=str),
-        )
-    )
+    # The AuditLog row and its event feed row: every process's Deck hears of the change.
+    event_feed.audit(c, actor, action, job_ids, details)
 
 
 class ScheduleStore:

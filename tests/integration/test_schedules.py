@@ -15,7 +15,7 @@ from chokaq import ChokaQ
 from chokaq.domain.errors import NotFoundError
 from chokaq.domain.schedules import ScheduleError
 from chokaq.operations.service import Operations
-from chokaq.storage import Actor, ScheduleStore, Storage
+from chokaq.storage import Actor, EventFeed, ScheduleStore, Storage
 from chokaq.storage.schema import audit_log, jobs_archive, jobs_dlq, jobs_hot, schedules
 from tests.conftest import metric_total, otel_memory
 from tests.helpers import wait_for
@@ -238,6 +238,16 @@ def test_operator_actions_are_audited(app: ChokaQ) -> None:
         ("schedule.run", OPS.name),
         ("schedule.edit", "root"),
     ]
+    # Each also reaches every process's Deck through the event feed, in the same transaction.
+    told = [(r.data["action"], r.data["actor"]) for r in EventFeed(app.storage).latest(50) if r.kind == "audit"]
+    assert sorted(told) == sorted(
+        [
+            ("schedule.pause", OPS.name),
+            ("schedule.resume", OPS.name),
+            ("schedule.run", OPS.name),
+            ("schedule.edit", "root"),
+        ]
+    )
     with pytest.raises(NotFoundError):
         ops.pause_schedule(OPS, "nope", True)
     with pytest.raises(ValueError, match="invalid cron expression"):
