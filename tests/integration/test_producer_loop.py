@@ -25,7 +25,7 @@ from chokaq.settings import StorageSettings
 from chokaq.storage.schema import jobs_hot
 from tests.faultproxy import FaultProxy
 
-HOLD = 1.5  # seconds the other transaction holds the key
+HOLD = 1.5  # seconds the other transaction holds the key after the measured call starts
 LATE = 0.1  # a generous bound on the ticker's lateness (its period is 10 ms)
 
 
@@ -50,15 +50,17 @@ def producer_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("chokaq-producer")]
 
 
-def hold_key(app: ChokaQ, key: str, held: threading.Event) -> threading.Thread:
-    """Another producer's transaction stores a job under ``key`` and rolls back after HOLD seconds."""
+def hold_key(app: ChokaQ, key: str, held: threading.Event, release: threading.Event) -> threading.Thread:
+    """Another producer's transaction stores a job under ``key`` and rolls back once ``release`` is
+    set (by :func:`lateness_during`, HOLD seconds after the measured call starts: a hold timed from
+    here could end before a loaded machine even sends the call, which then would not wait)."""
 
     def run() -> None:
         try:
             with app.storage.engine.begin() as c:
                 app.enqueue("t", idempotency_key=key, conn=c)
                 held.set()
-                time.sleep(HOLD)
+                release.wait(30)
                 raise Rollback
         except Rollback:
             pass
@@ -69,8 +71,9 @@ def hold_key(app: ChokaQ, key: str, held: threading.Event) -> threading.Thread:
     return t
 
 
-async def lateness_during(call: Callable[[], Awaitable[Any]]) -> tuple[Any, float, float]:
-    """``call``'s result, how long it took, and the ticker's worst lateness meanwhile."""
+async def lateness_during(call: Callable[[], Awaitable[Any]], release: threading.Event) -> tuple[Any, float, float]:
+    """``call``'s result, how long it took, and the ticker's worst lateness meanwhile. ``release``
+    is set HOLD seconds after the call starts, from a timer thread (a blocked loop could not)."""
     worst = 0.0
     stop = False
 
@@ -84,6 +87,8 @@ async def lateness_during(call: Callable[[], Awaitable[Any]]) -> tuple[Any, floa
     task = asyncio.create_task(ticker())
     await asyncio.sleep(0.05)
     start = time.perf_counter()
+    timer = threading.Timer(HOLD, release.set)
+    timer.start()
     result = await call()
     took = time.perf_counter() - start
     stop = True
@@ -92,11 +97,11 @@ async def lateness_during(call: Callable[[], Awaitable[Any]]) -> tuple[Any, floa
 
 
 def test_a_slow_statement_never_blocks_the_loop(app: ChokaQ) -> None:
-    held = threading.Event()
-    holder = hold_key(app, "slow", held)
+    held, release = threading.Event(), threading.Event()
+    holder = hold_key(app, "slow", held, release)
 
     async def main() -> tuple[Any, float, float]:
-        return await lateness_during(lambda: app.enqueue_async("t", idempotency_key="slow"))
+        return await lateness_during(lambda: app.enqueue_async("t", idempotency_key="slow"), release)
 
     job_id, took, worst = asyncio.run(main())
     holder.join()
@@ -107,12 +112,12 @@ def test_a_slow_statement_never_blocks_the_loop(app: ChokaQ) -> None:
 
 
 def test_a_slow_bulk_statement_never_blocks_the_loop(app: ChokaQ) -> None:
-    held = threading.Event()
-    holder = hold_key(app, "slow-bulk", held)
+    held, release = threading.Event(), threading.Event()
+    holder = hold_key(app, "slow-bulk", held, release)
     reqs = [app.prepare("t", {"n": n}) for n in range(200)] + [app.prepare("t", idempotency_key="slow-bulk")]
 
     async def main() -> tuple[Any, float, float]:
-        return await lateness_during(lambda: app.enqueue_many_async(reqs))
+        return await lateness_during(lambda: app.enqueue_many_async(reqs), release)
 
     out, took, worst = asyncio.run(main())
     holder.join()
@@ -122,14 +127,14 @@ def test_a_slow_bulk_statement_never_blocks_the_loop(app: ChokaQ) -> None:
 
 def test_the_sync_enqueue_under_the_same_slow_statement_stalls_the_loop(app: ChokaQ) -> None:
     """The control: the ticker sees a loop blocked by a database call."""
-    held = threading.Event()
-    holder = hold_key(app, "slow-sync", held)
+    held, release = threading.Event(), threading.Event()
+    holder = hold_key(app, "slow-sync", held, release)
 
     async def blocking() -> str:
         return app.enqueue("t", idempotency_key="slow-sync")
 
     async def main() -> tuple[Any, float, float]:
-        return await lateness_during(blocking)
+        return await lateness_during(blocking, release)
 
     _, took, worst = asyncio.run(main())
     holder.join()
