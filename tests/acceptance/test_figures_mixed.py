@@ -22,6 +22,7 @@ from chokaq.storage.queue_figures import read_queue_stats
 from chokaq.storage.schema import jobs_archive
 from tests.acceptance.conftest import run_cli
 from tests.helpers import wait_for
+from tests.integration.test_admin_figures import comparable
 
 OPS = Actor("ops@example.com", "operator")
 WORKERS = 3
@@ -31,24 +32,6 @@ RETRY_NOW = {"CHOKAQ_RETRY__BASE_DELAY": "0", "CHOKAQ_RETRY__JITTER_MAX_DELAY": 
 
 def full_count(s: Storage) -> list[tuple[Any, ...]]:
     return comparable(s.read(lambda c: read_queue_stats(c, s.db_now(c))))
-
-
-def comparable(rows: Any) -> list[tuple[Any, ...]]:
-    # The lag is measured against each read's own clock: compare that it is there, not its value.
-    return [
-        (
-            r.queue,
-            r.pending,
-            r.fetched,
-            r.processing,
-            r.succeeded_total,
-            r.failed_total,
-            r.retried_total,
-            r.dlq_size,
-            r.oldest_pending_lag_seconds is None,
-        )
-        for r in rows
-    ]
 
 
 def archived_by_queue(s: Storage) -> dict[str, int]:
